@@ -1,0 +1,93 @@
+"""The old scheduler, for comparison: global priorities and opt-out of preemption.
+
+* Pending work is ordered globally: priority (urgent first), then submit time, then id.
+* A workload with ``min_runtime > 0`` counts as having opted out of preemption, allowed while
+  its team's non-preemptible GPUs stay within the team's cap (fraction x pool GPUs). Above
+  the cap, and with ``min_runtime = 0``, it runs preemptible on idle GPUs.
+* A pending workload may preempt preemptible work of strictly lower priority (victims: lowest
+  priority, then least progress lost, then id).
+* A drain preempts preemptible work at once and must wait for non-preemptible work to end.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import events as ev
+from .cluster import Pool
+from .placement import find_victims, lost_gpu_s
+from .queue import walk
+from .state import SchedulerState, Workload
+from .workload import PRIORITY_RANK
+
+
+def may_end_now(w: Workload, now_s: float) -> bool:
+    return not w.non_preemptible
+
+
+class BaselinePolicy:
+    name = "baseline"
+
+    def schedule(self, state: SchedulerState, now_s: float) -> list[ev.Event]:
+        out = state.expire_protection(now_s)
+        out += state.drain_events(now_s, may_end_now)
+        for gpu_type, pool in state.cluster.pools.items():
+            if state.pending_by_pool[gpu_type]:
+                out += self._schedule_pool(state, pool, now_s)
+        return out
+
+    def drain_blocked_until_s(self, w: Workload, now_s: float) -> float:
+        """Non-preemptible work blocks a drain until it completes."""
+        return w.run_start_s + w.remaining_s() if w.non_preemptible else now_s
+
+    def _schedule_pool(self, state: SchedulerState, pool: Pool, now_s: float) -> list[ev.Event]:
+        out: list[ev.Event] = []
+        gpu_type = pool.gpu_type
+        queues = [q for (t, _, _), q in sorted(state.queues.items()) if t == gpu_type and q.count]
+        caps = {leaf: int(state.tree.nodes[leaf].fraction * pool.total_gpus) for leaf in state.tree.leaves}
+        held = state.nonpreemptible_gpus[gpu_type]
+        # smallest request that failed to preempt, per priority rank (lower ranks have fewer victims)
+        fail_at = {rank: math.inf for rank in PRIORITY_RANK.values()}
+        preemptible_running = [True]
+
+        def limit() -> float:
+            fit = pool.whole_free_nodes() * pool.gpus_per_node if pool.whole_free_nodes() > 1 else pool.max_free_on_a_node()
+            best_fail = max(fail_at.values()) if preemptible_running[0] else 0
+            return max(fit, best_fail - 1) + 1
+
+        preemptible_running[0] = any(not w.non_preemptible for w in state.running.values() if w.gpu_type == gpu_type)
+        for key, gpus in walk(queues, limit):
+            w = state.workloads[key[2]]
+            rank = -key[0]
+            nodes = pool.find_free(gpus)
+            if nodes is None:
+                if gpus >= fail_at[rank] or not preemptible_running[0]:
+                    continue
+
+                def may_preempt(v: Workload, rank=rank) -> bool:
+                    return not v.non_preemptible and PRIORITY_RANK[v.spec.priority] < rank
+
+                def cost(v: Workload) -> tuple:
+                    return (PRIORITY_RANK[v.spec.priority], lost_gpu_s(v, now_s), v.id)
+
+                plan = find_victims(state, pool, gpus, may_preempt, cost)
+                if plan is None:
+                    for r in fail_at:
+                        if r <= rank:
+                            fail_at[r] = min(fail_at[r], gpus)
+                    continue
+                nodes, victims = plan
+                for v in victims:
+                    reason = ev.PreemptionReason(
+                        kind="priority", by_workload_id=w.id, by_project=w.leaf, node=nodes[0].name,
+                        message=f"{w.id} ({w.spec.priority}) outranks preemptible {v.id} ({v.spec.priority})")
+                    for e in state.preempted(v, now_s, reason):
+                        state.apply(e)
+                        out.append(e)
+            opt_out = w.spec.min_runtime_s > 0 and held.get(w.leaf, 0) + gpus <= caps.get(w.leaf, 0)
+            e = state.started(w, nodes, now_s, non_preemptible=opt_out)
+            state.apply(e)
+            out.append(e)
+            if not opt_out:
+                preemptible_running[0] = True
+        return out

@@ -1,0 +1,32 @@
+"""The ``timeshare`` command (argparse; each subcommand lives in its own module)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="timeshare", description="GPU time budgets, fair share and a simulator")
+    sub = parser.add_subparsers(dest="command", required=True)
+    from .sim import cli as sim_cli
+
+    sim_cli.add_parsers(sub)
+    for module in ("timeshare.importers.cli", "timeshare.report.cli", "services.cli"):
+        try:
+            mod = __import__(module, fromlist=["add_parser"])
+        except ImportError:
+            continue  # optional part not installed
+        add = getattr(mod, "add_parsers", None) or getattr(mod, "add_parser")
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Pools of GPU nodes: who holds which GPU, which nodes take work, and where a gang fits.
+
+A request of at most one node's GPUs goes on one node (best fit: the node with the fewest free
+GPUs that still fit it, then the lowest index). A larger request takes whole free nodes; its
+GPU count must be a multiple of the node size. Whole-node gangs prefer a single rack: the
+rack with the fewest free nodes that still holds the gang (best fit again, to keep large holes
+for large gangs); otherwise the racks with the most free nodes first, to span as few as
+possible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NODE_HEALTHY = "healthy"
+NODE_CORDONED = "cordoned"   # unhealthy: no new work, draining
+NODE_DRAINED = "drained"     # empty, waiting for repair
+NODE_DOWN = "down"           # failed: its work was killed, waiting for repair
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    gpu_type: str
+    nodes: int
+    gpus_per_node: int
+    rack_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.nodes <= 0 or self.gpus_per_node <= 0:
+            raise ValueError(f"pool {self.gpu_type}: nodes and gpus_per_node must be positive")
+        if self.rack_size is not None and self.rack_size <= 0:
+            raise ValueError(f"pool {self.gpu_type}: rack_size must be positive")
+
+
+class PlacementError(ValueError):
+    """A request that can never fit the pool as configured."""
+
+
+class Node:
+    __slots__ = ("name", "index", "rack", "gpus", "slots", "free", "state", "pool")
+
+    def __init__(self, pool: "Pool", index: int, rack: int, gpus: int):
+        self.pool = pool
+        self.name = f"{pool.gpu_type}-{index:03d}"
+        self.index = index
+        self.rack = rack
+        self.gpus = gpus
+        self.slots: list[str | None] = [None] * gpus  # workload id per GPU
+        self.free = gpus
+        self.state = NODE_HEALTHY
+
+    def workload_ids(self) -> list[str]:
+        return sorted({w for w in self.slots if w is not None})
+
+
+class Pool:
+    """The nodes of one GPU type, with free-GPU buckets for O(gpus_per_node) best fit."""
+
+    def __init__(self, spec: PoolSpec):
+        self.spec = spec
+        self.gpu_type = spec.gpu_type
+        self.gpus_per_node = spec.gpus_per_node
+        rack_size = spec.rack_size or spec.nodes
+        self.nodes = [Node(self, i, i // rack_size, spec.gpus_per_node) for i in range(spec.nodes)]
+        self.total_gpus = spec.nodes * spec.gpus_per_node
+        # buckets[f] = indices of schedulable nodes with exactly f free GPUs
+        self.buckets: list[set[int]] = [set() for _ in range(spec.gpus_per_node + 1)]
+        self.buckets[spec.gpus_per_node].update(range(spec.nodes))
+        self.free_gpus = self.total_gpus  # on schedulable nodes
+
+    # -- validation -------------------------------------------------------------------------
+    def check_request(self, gpus: int) -> None:
+        gpn = self.gpus_per_node
+        if gpus <= 0:
+            raise PlacementError(f"gpus must be at least 1, got {gpus}")
+        if gpus > gpn and gpus % gpn:
+            raise PlacementError(
+                f"{gpus} GPUs is more than one {self.gpu_type} node ({gpn}) and not a multiple of it; "
+                f"ask for at most {gpn} or a multiple of {gpn}"
+            )
+        if gpus > self.total_gpus:
+            raise PlacementError(f"{gpus} GPUs is more than the whole {self.gpu_type} pool ({self.total_gpus})")
+
+    # -- free space -------------------------------------------------------------------------
+    def schedulable(self, node: Node) -> bool:
+        return node.state == NODE_HEALTHY
+
+    def _rebucket(self, node: Node, old_free: int) -> None:
+        if node.state != NODE_HEALTHY:
+            return
+        self.buckets[old_free].discard(node.index)
+        self.buckets[node.free].add(node.index)
+        self.free_gpus += node.free - old_free
+
+    def set_state(self, node: Node, state: str) -> None:
+        if node.state == NODE_HEALTHY and state != NODE_HEALTHY:
+            self.buckets[node.free].discard(node.index)
+            self.free_gpus -= node.free
+        elif node.state != NODE_HEALTHY and state == NODE_HEALTHY:
+            self.buckets[node.free].add(node.index)
+            self.free_gpus += node.free
+        node.state = state
+
+    def whole_free_nodes(self) -> int:
+        return len(self.buckets[self.gpus_per_node])
+
+    def max_free_on_a_node(self) -> int:
+        for f in range(self.gpus_per_node, 0, -1):
+            if self.buckets[f]:
+                return f
+        return 0
+
+    def fits_now(self, gpus: int) -> bool:
+        gpn = self.gpus_per_node
+        if gpus <= gpn:
+            return self.max_free_on_a_node() >= gpus
+        return self.whole_free_nodes() * gpn >= gpus
+
+    def find_free(self, gpus: int) -> list[Node] | None:
+        """Nodes to place ``gpus`` on using free GPUs only, or None."""
+        gpn = self.gpus_per_node
+        if gpus <= gpn:
+            for f in range(gpus, gpn + 1):
+                bucket = self.buckets[f]
+                if bucket:
+                    return [self.nodes[min(bucket)]]
+            return None
+        return self.pick_whole_nodes(sorted(self.buckets[gpn]), gpus // gpn)
+
+    def pick_whole_nodes(self, candidates: list[int], count: int) -> list[Node] | None:
+        """``count`` of the candidate node indices, one rack if possible (see module doc)."""
+        if len(candidates) < count:
+            return None
+        by_rack: dict[int, list[int]] = {}
+        for i in candidates:
+            by_rack.setdefault(self.nodes[i].rack, []).append(i)
+        fitting = [r for r in sorted(by_rack) if len(by_rack[r]) >= count]
+        if fitting:
+            rack = min(fitting, key=lambda r: (len(by_rack[r]), r))
+            return [self.nodes[i] for i in by_rack[rack][:count]]
+        chosen: list[int] = []
+        for rack in sorted(by_rack, key=lambda r: (-len(by_rack[r]), r)):
+            chosen.extend(by_rack[rack][: count - len(chosen)])
+            if len(chosen) == count:
+                break
+        return [self.nodes[i] for i in sorted(chosen)]
+
+    # -- holding GPUs ----------------------------------------------------------------------
+    def assign(self, nodes: list[Node], gpus: int, workload_id: str) -> list[tuple[Node, list[int]]]:
+        """Give ``gpus`` GPUs on ``nodes`` to a workload; returns (node, GPU ids) pairs."""
+        out: list[tuple[Node, list[int]]] = []
+        per_node = gpus if len(nodes) == 1 else self.gpus_per_node
+        for node in nodes:
+            if node.free < per_node:
+                raise AssertionError(f"{node.name} has {node.free} free GPUs, {per_node} needed")
+            ids: list[int] = []
+            slots = node.slots
+            for g in range(node.gpus):
+                if slots[g] is None:
+                    slots[g] = workload_id
+                    ids.append(g)
+                    if len(ids) == per_node:
+                        break
+            old = node.free
+            node.free -= per_node
+            self._rebucket(node, old)
+            out.append((node, ids))
+        return out
+
+    def release(self, node: Node, gpu_ids: list[int], workload_id: str) -> None:
+        slots = node.slots
+        for g in gpu_ids:
+            if slots[g] != workload_id:
+                raise AssertionError(f"{node.name} GPU {g} is not held by {workload_id}")
+            slots[g] = None
+        old = node.free
+        node.free += len(gpu_ids)
+        self._rebucket(node, old)
+
+
+class Cluster:
+    """All pools, addressable by GPU type and node name."""
+
+    def __init__(self, specs: list[PoolSpec]):
+        types = [s.gpu_type for s in specs]
+        if len(set(types)) != len(types):
+            raise ValueError("each GPU type may have one pool only")
+        self.pools = {s.gpu_type: Pool(s) for s in sorted(specs, key=lambda s: s.gpu_type)}
+        self.nodes_by_name = {n.name: n for p in self.pools.values() for n in p.nodes}
+
+    def pool(self, gpu_type: str) -> Pool:
+        try:
+            return self.pools[gpu_type]
+        except KeyError:
+            raise PlacementError(f"no pool of GPU type {gpu_type!r} (have: {', '.join(self.pools)})") from None
+
+    def node(self, name: str) -> Node:
+        try:
+            return self.nodes_by_name[name]
+        except KeyError:
+            raise PlacementError(f"unknown node {name!r}") from None

@@ -1,0 +1,29 @@
+"""Policy settings (the scenario's [policy] table and the services' configuration)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: how far back usage counts toward a team's ratio
+    lookback_window_s: int = 7 * 86400
+    #: the cap on a workload's declared minimum runtime (Ai2 chose 8 h)
+    max_min_runtime_s: int = 8 * 3600
+    #: a pending workload preempts allocated work only when its subtree's ratio is lower than
+    #: the victim's by more than this (ratio units; 0.05 = 5% of a full share), so two teams
+    #: near parity do not take GPUs back and forth
+    preemption_hysteresis: float = 0.05
+    #: simulator: after a non-resumable workload is preempted, its user resubmits it after this
+    resubmit_delay_s: int = 600
+    #: baseline: a drain that cannot finish within this needs a human (defaults to the cap)
+    drain_human_after_s: int | None = None
+
+    def validate(self) -> "PolicyConfig":
+        if self.lookback_window_s <= 0:
+            raise ValueError("lookback_window must be positive")
+        if self.max_min_runtime_s < 0:
+            raise ValueError("max_min_runtime must not be negative")
+        if self.preemption_hysteresis < 0:
+            raise ValueError("preemption_hysteresis must not be negative")
+        return self

@@ -1,0 +1,161 @@
+"""Every state change, as one msgspec tagged union shared by the simulator and the services.
+
+Events are frozen, keyword-only and tagged by ``type`` (``workload.started``...). Times are
+integer milliseconds since the epoch of the run (``at_ms``). New fields get defaults so old
+logs still decode; a breaking change bumps the subject version (``timeshare.v1``).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .workload import WorkloadSpec
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    event_id: str
+    at_ms: int
+    cluster: str = "default"
+
+
+class NodeGpus(msgspec.Struct, frozen=True, kw_only=True, array_like=False):
+    node: str
+    gpu_ids: list[int]
+
+
+class PreemptionReason(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a workload was preempted, as the numbers that justified it.
+
+    kind: ``unallocated`` (the victim ran on unallocated time), ``fair_share`` (the preemptor's
+    subtree was more deserving at ``level``), ``drain`` (its node is being drained),
+    ``priority`` (the baseline policy: a higher priority took its GPUs).
+    """
+
+    kind: str
+    by_workload_id: str | None = None
+    by_project: str | None = None
+    level: str | None = None
+    preemptor_subtree: str | None = None
+    victim_subtree: str | None = None
+    preemptor_ratio: float | None = None
+    victim_ratio: float | None = None
+    hysteresis: float | None = None
+    node: str | None = None
+    message: str = ""
+
+
+class WorkloadSubmitted(_Event, frozen=True, kw_only=True, tag="workload.submitted"):
+    workload: WorkloadSpec
+    resubmit_of: str | None = None
+
+
+class WorkloadStarted(_Event, frozen=True, kw_only=True, tag="workload.started"):
+    workload_id: str
+    project: str
+    gpu_type: str
+    gpus: int
+    placement: list[NodeGpus]
+    allocated: bool
+    protected_until_ms: int | None
+    progress_s: int = 0
+    attempt: int = 1
+    #: baseline policy only: the workload opted out of preemption (within its team's cap)
+    non_preemptible: bool = False
+
+
+class MinRuntimeReached(_Event, frozen=True, kw_only=True, tag="workload.min_runtime_reached"):
+    workload_id: str
+
+
+class WorkloadPreempted(_Event, frozen=True, kw_only=True, tag="workload.preempted"):
+    workload_id: str
+    reason: PreemptionReason
+    resumable: bool
+    progress_s: int
+    lost_gpu_s: int
+
+
+class WorkloadRequeued(_Event, frozen=True, kw_only=True, tag="workload.requeued"):
+    workload_id: str
+    progress_s: int
+
+
+class WorkloadCompleted(_Event, frozen=True, kw_only=True, tag="workload.completed"):
+    workload_id: str
+    exit_code: int = 0
+
+
+class WorkloadFailed(_Event, frozen=True, kw_only=True, tag="workload.failed"):
+    workload_id: str
+    reason: str
+    exit_code: int | None = None
+
+
+class WorkloadCancelled(_Event, frozen=True, kw_only=True, tag="workload.cancelled"):
+    workload_id: str
+    by: str = ""
+
+
+class NodeUnhealthy(_Event, frozen=True, kw_only=True, tag="node.unhealthy"):
+    node: str
+    reason: str = ""
+    needs_human: bool = False
+
+
+class NodeFailed(_Event, frozen=True, kw_only=True, tag="node.failed"):
+    node: str
+    reason: str = ""
+
+
+class NodeDrained(_Event, frozen=True, kw_only=True, tag="node.drained"):
+    node: str
+
+
+class NodeRepaired(_Event, frozen=True, kw_only=True, tag="node.repaired"):
+    node: str
+
+
+class BudgetChanged(_Event, frozen=True, kw_only=True, tag="budget.changed"):
+    by: str
+    reason: str
+    old: dict[str, float]
+    new: dict[str, float]
+
+
+Event = (
+    WorkloadSubmitted
+    | WorkloadStarted
+    | MinRuntimeReached
+    | WorkloadPreempted
+    | WorkloadRequeued
+    | WorkloadCompleted
+    | WorkloadFailed
+    | WorkloadCancelled
+    | NodeUnhealthy
+    | NodeFailed
+    | NodeDrained
+    | NodeRepaired
+    | BudgetChanged
+)
+
+EVENT_TYPES: tuple[type, ...] = Event.__args__  # type: ignore[attr-defined]
+
+#: Long-lived codec objects (creating them per message is the slow path in msgspec).
+encoder = msgspec.json.Encoder()
+decoder = msgspec.json.Decoder(Event)
+
+
+def event_type(event: _Event) -> str:
+    """The tag of an event, e.g. ``workload.started`` (also the subject suffix)."""
+    return type(event).__struct_config__.tag  # type: ignore[attr-defined]
+
+
+def json_schema() -> dict:
+    """JSON Schema of the whole event union (written to ``schemas/`` by ``make schemas``)."""
+    _, components = msgspec.json.schema_components([Event], ref_template="#/$defs/{name}")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "timeshare events (v1)",
+        "anyOf": [{"$ref": f"#/$defs/{t.__name__}"} for t in EVENT_TYPES],
+        "$defs": components,
+    }

@@ -1,0 +1,39 @@
+"""Reference policy for cross-checking against other simulators: strict submit order,
+head-of-line blocking per GPU type, best-fit placement, no preemption (drains wait for
+work to end)."""
+
+from __future__ import annotations
+
+from . import events as ev
+from .state import SchedulerState, Workload
+
+
+class FifoPolicy:
+    name = "fifo"
+
+    def prepare(self, state: SchedulerState) -> None:
+        if state.submit_order is None:
+            state.submit_order = {}
+            for w in state.pending():
+                state.submit_order.setdefault(w.gpu_type, []).append((w.submit_s, w.id))
+            for order in state.submit_order.values():
+                order.sort()
+
+    def schedule(self, state: SchedulerState, now_s: float) -> list[ev.Event]:
+        self.prepare(state)
+        out = state.expire_protection(now_s)
+        out += state.drain_events(now_s, lambda w, t: False)  # no preemption: drains wait
+        for gpu_type, pool in state.cluster.pools.items():
+            order = state.submit_order.get(gpu_type)
+            while order:
+                w = state.workloads[order[0][1]]
+                nodes = pool.find_free(w.gpus)
+                if nodes is None:
+                    break  # head-of-line blocking
+                e = state.started(w, nodes, now_s)
+                state.apply(e)
+                out.append(e)
+        return out
+
+    def drain_blocked_until_s(self, w: Workload, now_s: float) -> float:
+        return w.run_start_s + w.remaining_s()

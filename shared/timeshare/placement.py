@@ -1,0 +1,130 @@
+"""Victim search: the cheapest set of running workloads whose GPUs make a request fit.
+
+The caller says which running workloads may be preempted (``may_preempt``) and how much each
+costs (``cost``: a tuple, smaller = cheaper; it must end in the workload id so the choice is
+deterministic). Then:
+
+* a request of at most one node's GPUs picks, on every schedulable node where free GPUs plus
+  preemptible GPUs suffice, the cheapest victims in cost order until it fits; the node whose
+  most expensive victim is cheapest wins (then fewer victims, then the lower node index);
+* a whole-node gang needs nodes whose every workload may be preempted; each such node costs
+  its most expensive victim (a free node costs nothing); the cheapest nodes win, all from one
+  rack when a rack can supply them at no higher cost.
+
+Protected work is never offered by ``may_preempt``, and only GPUs that are free or held by
+chosen victims are given, so no GPU is given twice. The search reads the state and changes
+nothing; the caller applies the preemptions and the start.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .cluster import Node, Pool
+from .state import SchedulerState, Workload
+
+_FREE = (-1,)
+
+
+def find_victims(
+    state: SchedulerState,
+    pool: Pool,
+    gpus: int,
+    may_preempt: Callable[[Workload], bool],
+    cost: Callable[[Workload], tuple],
+) -> tuple[list[Node], list[Workload]] | None:
+    """Nodes for the request and the workloads to preempt first, or None when nothing works."""
+    workloads = state.workloads
+    gpn = pool.gpus_per_node
+    verdict: dict[str, tuple | None] = {}  # workload id -> cost, or None if not preemptible
+
+    def cost_of(wid: str) -> tuple | None:
+        if wid in verdict:
+            return verdict[wid]
+        w = workloads[wid]
+        c = cost(w) if may_preempt(w) else None
+        verdict[wid] = c
+        return c
+
+    if gpus <= gpn:
+        best = None
+        for node in pool.nodes:
+            if node.state != "healthy":
+                continue
+            free = node.free
+            if free >= gpus:
+                return [node], []
+            holders: dict[str, int] = {}
+            for wid in node.slots:
+                if wid is not None:
+                    holders[wid] = holders.get(wid, 0) + 1
+            candidates = []
+            reachable = free
+            for wid, n in holders.items():
+                c = cost_of(wid)
+                if c is not None:
+                    candidates.append((c, wid, n))
+                    reachable += n
+            if reachable < gpus:
+                continue
+            candidates.sort()
+            taken: list[str] = []
+            got = free
+            worst = None
+            for c, wid, n in candidates:
+                taken.append(wid)
+                got += n
+                worst = c
+                if got >= gpus:
+                    break
+            rank = (worst, len(taken), node.index)
+            if best is None or rank < best[0]:
+                best = (rank, node, taken)
+        if best is None:
+            return None
+        return [best[1]], [workloads[w] for w in best[2]]
+
+    need = gpus // gpn
+    node_costs: list[tuple[tuple, int]] = []
+    for node in pool.nodes:
+        if node.state != "healthy":
+            continue
+        if node.free == node.gpus:
+            node_costs.append((_FREE, node.index))
+            continue
+        worst: tuple | None = _FREE
+        for wid in set(node.slots):
+            if wid is None:
+                continue
+            c = cost_of(wid)
+            if c is None:
+                worst = None
+                break
+            if c > worst:
+                worst = c
+        if worst is not None:
+            node_costs.append((worst, node.index))
+    if len(node_costs) < need:
+        return None
+    node_costs.sort()
+    global_worst = node_costs[need - 1][0]
+    chosen = [i for _, i in node_costs[:need]]
+    by_rack: dict[int, list[tuple[tuple, int]]] = {}
+    for c, i in node_costs:
+        by_rack.setdefault(pool.nodes[i].rack, []).append((c, i))
+    racks = [
+        (members[need - 1][0], rack)
+        for rack, members in by_rack.items()
+        if len(members) >= need and members[need - 1][0] <= global_worst
+    ]
+    if racks and len(by_rack) > 1:
+        _, rack = min(racks)
+        chosen = [i for _, i in by_rack[rack][:need]]
+    nodes = [pool.nodes[i] for i in sorted(chosen)]
+    victims = sorted({wid for n in nodes for wid in n.slots if wid is not None})
+    return nodes, [workloads[w] for w in victims]
+
+
+def lost_gpu_s(w: Workload, now_s: float) -> float:
+    """GPU-seconds of progress that preempting ``w`` now would throw away."""
+    return (now_s - w.run_start_s - (w.saved_progress_s(now_s) - w.progress_s)) * w.gpus

@@ -1,0 +1,76 @@
+"""Pending work of one leaf and GPU type, ordered, and grouped by GPU count.
+
+Grouping by GPU count lets a scheduling pass skip, in one step, every request at least as
+large as one that could not be placed: a pass over thousands of pending workloads only
+touches the few that can still be placed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+Key = tuple  # (-priority rank, submit_s, workload id)
+
+
+class LeafQueue:
+    __slots__ = ("by_size", "count")
+
+    def __init__(self) -> None:
+        self.by_size: dict[int, list[Key]] = {}
+        self.count = 0
+
+    def add(self, gpus: int, key: Key) -> None:
+        insort(self.by_size.setdefault(gpus, []), key)
+        self.count += 1
+
+    def remove(self, gpus: int, key: Key) -> None:
+        keys = self.by_size[gpus]
+        i = bisect_left(keys, key)
+        if i == len(keys) or keys[i] != key:
+            raise KeyError(key)
+        del keys[i]
+        if not keys:
+            del self.by_size[gpus]
+        self.count -= 1
+
+    def min_gpus(self) -> int:
+        return min(self.by_size) if self.by_size else 0
+
+    def ordered(self) -> list[tuple[Key, int]]:
+        """All entries in order (for display; passes use :meth:`walk`)."""
+        return sorted((k, g) for g, keys in self.by_size.items() for k in keys)
+
+    def walk(self, limit):
+        """Yield ``(key, gpus)`` in order among sizes below ``limit()`` (see :func:`walk`)."""
+        return walk([self], limit)
+
+
+def walk(queues: list[LeafQueue], limit):
+    """Yield ``(key, gpus)`` of several queues merged in key order, among sizes below ``limit()``.
+
+    ``limit`` is re-read after every item, so a caller that learns a size cannot be placed
+    lowers it and larger groups drop out. The caller may remove the entry just yielded; it
+    must not add entries during the walk.
+    """
+    groups = [(g, keys) for q in queues for g, keys in q.by_size.items()]
+    cursors = [0] * len(groups)
+    while True:
+        bound = limit()
+        best = None
+        best_i = -1
+        for i, (g, keys) in enumerate(groups):
+            if g >= bound:
+                continue
+            c = cursors[i]
+            if c < len(keys):
+                k = keys[c]
+                if best is None or k < best:
+                    best, best_i = k, i
+        if best is None:
+            return
+        g, keys = groups[best_i]
+        yield best, g
+        # if the caller removed the entry, the next one slid into the same index
+        c = cursors[best_i]
+        if c < len(keys) and keys[c] == best:
+            cursors[best_i] = c + 1

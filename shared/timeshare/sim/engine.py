@@ -1,0 +1,159 @@
+"""The discrete-event loop: jumps from one schedulable moment to the next (no wall clock).
+
+Moments are submissions (from the trace, in order), completions, expiries of minimum
+runtimes, node events, repairs and resubmissions (a heap). At each moment the loop applies
+what happened, then runs one scheduling pass of the policy; the pass's events tell it what
+to expect next (a start schedules its completion, a protected start the end of its
+protection, a drained node its repair).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import msgspec
+
+from .. import events as ev
+from ..baseline import BaselinePolicy
+from ..fifo import FifoPolicy
+from ..scheduler import BudgetPolicy
+from ..state import PENDING, RUNNING, SchedulerState
+from .metrics import MetricsCollector
+from .scenario import Scenario
+
+POLICIES = {"budget": BudgetPolicy, "baseline": BaselinePolicy, "fifo": FifoPolicy}
+
+_COMPLETE, _WAKE, _NODE, _REPAIR, _RESUBMIT = range(5)
+
+
+@dataclass
+class RunResult:
+    policy: str
+    metrics: dict
+    state: SchedulerState
+    end_s: int
+
+
+def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], None] | None = None,
+        progress: Callable[[int], None] | None = None, wall_clock=time.perf_counter) -> RunResult:
+    """Simulate ``scenario`` under one policy; ``on_event`` sees every event in order.
+
+    ``wall_clock`` only measures how long the run took (for the report); it never steers it."""
+    policy = POLICIES[policy_name]()
+    state = SchedulerState(scenario.tree(), scenario.cluster(), scenario.policy, name=scenario.name)
+    collector = MetricsCollector(state.tree, {t: p.total_gpus for t, p in state.cluster.pools.items()},
+                                 scenario.policy.max_min_runtime_s)
+    collector.start(0, {n.name: (p.gpu_type, n.gpus) for p in state.cluster.pools.values() for n in p.nodes})
+    wall0 = wall_clock()
+    heap: list[tuple] = []
+    seq = 0
+
+    def push(t: float, kind: int, payload) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (t, kind, seq, payload))
+
+    for ne in scenario.node_events:
+        push(ne.at_s, _NODE, ne)
+
+    def emit(e: ev.Event) -> None:
+        collector.observe(e)
+        if on_event is not None:
+            on_event(e)
+
+    def apply_all(events: list[ev.Event], now_s: float) -> None:
+        for e in events:
+            state.apply(e)
+            emit(e)
+
+    def follow(events: list[ev.Event], now_s: float) -> None:
+        """Schedule what the pass's (already applied) events imply."""
+        for e in events:
+            emit(e)
+            if type(e) is ev.WorkloadStarted:
+                w = state.workloads[e.workload_id]
+                push(now_s + w.remaining_s(), _COMPLETE, (w.id, w.attempt))
+                if w.protected_until_s is not None:
+                    push(w.protected_until_s, _WAKE, None)
+            elif type(e) is ev.WorkloadPreempted and not e.resumable:
+                push(now_s + scenario.policy.resubmit_delay_s, _RESUBMIT, e.workload_id)
+            elif type(e) is ev.NodeDrained:
+                push(now_s + repair_s.get(e.node, 0), _REPAIR, e.node)
+
+    repair_s: dict[str, int] = {}
+    trace = scenario.workloads
+    i_trace = 0
+    n_trace = len(trace)
+    resubmits: dict[str, int] = {}
+    now_s = 0
+    end_s = scenario.duration_s
+    last_progress = 0
+    while True:
+        next_submit = trace[i_trace].submit_s if i_trace < n_trace else None
+        next_heap = heap[0][0] if heap else None
+        if next_submit is None and (next_heap is None or (not state.running and not state.pending_count
+                                                          and all(k in (_NODE, _REPAIR) for _, k, _, _ in heap))):
+            break
+        now_s = min(t for t in (next_submit, next_heap) if t is not None)
+        if now_s > end_s:
+            now_s = end_s
+            break
+        # 1. what happened at this moment
+        while i_trace < n_trace and trace[i_trace].submit_s == now_s:
+            spec = trace[i_trace]
+            i_trace += 1
+            apply_all([state.submitted(spec, now_s)], now_s)
+        while heap and heap[0][0] == now_s:
+            _, kind, _, payload = heapq.heappop(heap)
+            if kind == _COMPLETE:
+                wid, attempt = payload
+                w = state.workloads[wid]
+                if w.state == RUNNING and w.attempt == attempt:
+                    apply_all([state.completed(wid, now_s)], now_s)
+            elif kind == _NODE:
+                _node_event(state, policy, payload, now_s, apply_all, follow, repair_s, push)
+            elif kind == _REPAIR:
+                node = state.cluster.node(payload)
+                if node.state in ("drained", "down"):
+                    apply_all([state.node_repaired(payload, now_s)], now_s)
+            elif kind == _RESUBMIT:
+                original = state.workloads[payload]
+                n = resubmits[original.id.split("~")[0]] = resubmits.get(original.id.split("~")[0], 0) + 1
+                spec = msgspec.structs.replace(original.spec, id=f"{original.id.split('~')[0]}~{n}",
+                                               submit_s=int(now_s))
+                apply_all([state.submitted(spec, now_s, resubmit_of=original.id)], now_s)
+        # 2. one scheduling pass
+        follow(policy.schedule(state, now_s), now_s)
+        if progress is not None and now_s - last_progress >= 3600:
+            progress(int(now_s - last_progress))
+            last_progress = now_s
+    if progress is not None:
+        progress(int(now_s - last_progress))
+    wall_s = wall_clock() - wall0
+    metrics = collector.finish(now_s, wall_s, now_s)
+    metrics["workloads"]["pending_at_end"] = state.pending_count
+    metrics["workloads"]["running_at_end"] = len(state.running)
+    metrics["workloads"]["trace"] = n_trace
+    metrics["workloads"]["not_yet_submitted"] = n_trace - i_trace
+    metrics["sim"]["simulated_s_per_wall_s"] = round(now_s / wall_s, 1) if wall_s > 0 else None
+    metrics["sim"]["events_per_wall_s"] = round(collector.events / wall_s, 1) if wall_s > 0 else None
+    return RunResult(policy_name, metrics, state, now_s)
+
+
+def _node_event(state, policy, ne, now_s, apply_all, follow, repair_s, push) -> None:
+    node = state.cluster.node(ne.node)
+    if node.state != "healthy":
+        return  # already out of service; the first fault's repair brings it back
+    repair_s[ne.node] = ne.repair_s
+    if ne.kind == "failed":
+        apply_all(state.node_failed(ne.node, now_s, ne.reason or "scenario fault"), now_s)
+        push(now_s + ne.repair_s, _REPAIR, ne.node)
+        return
+    cap_s = state.config.drain_human_after_s or state.config.max_min_runtime_s
+    blocked_s = max((policy.drain_blocked_until_s(state.workloads[w], now_s) - now_s
+                     for w in node.workload_ids()), default=0)
+    apply_all([state.node_unhealthy(ne.node, now_s, ne.reason or "scenario health check failed",
+                                    needs_human=blocked_s > cap_s)], now_s)

@@ -1,0 +1,135 @@
+"""Synthetic workloads from a scenario's ``[generator]`` table (seeded, deterministic).
+
+Model: the offered load (GPU-time asked for / pool capacity over the run) is split between
+workload classes (``load_share``) and, inside a class, between leaf teams in proportion to
+their fraction times a per-team activity factor (log-normal with ``team_spread``; some teams
+ask for far more than their share, some for less). Each (team, class) submits as a Poisson
+process, optionally with a day/night cycle (``diurnal``), GPU counts drawn from ``gpus``
+(a list, or a table of weights) and work log-uniform in ``work = [min, max]``.
+
+``min_runtime`` is ``"work"`` (the workload's own length, capped), a duration, or a range
+``[min, max]`` (uniform, capped by the work).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from ..cluster import Cluster
+from ..config import PolicyConfig
+from ..durations import parse_duration_s
+from ..tree import AllocationTree
+from ..workload import PRIORITIES, WorkloadSpec
+
+
+class GeneratorError(ValueError):
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+_CLASS_KEYS = {"kind", "load_share", "gpus", "work", "min_runtime", "resumable", "checkpoint_interval",
+               "priority", "diurnal", "gpu_type", "teams"}
+
+
+def _weights(value, field: str, parse=None) -> tuple[list, list[float]]:
+    if isinstance(value, dict):
+        items = sorted(value.items())
+        keys = [parse(k) if parse else k for k, _ in items]
+        weights = [float(w) for _, w in items]
+    elif isinstance(value, list) and value:
+        keys, weights = list(value), [1.0] * len(value)
+    else:
+        raise GeneratorError(field, f"expected a list or a table of weights, got {value!r}")
+    if any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise GeneratorError(field, "weights must be non-negative and not all zero")
+    return keys, weights
+
+
+def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: PolicyConfig, duration_s: int,
+             seed: int) -> list[WorkloadSpec]:
+    unknown = set(table) - {"offered_load", "team_spread", "classes", "arrival_horizon"}
+    if unknown:
+        raise GeneratorError(sorted(unknown)[0], "unknown generator setting")
+    load = table.get("offered_load", 2.0)
+    if not isinstance(load, (int, float)) or load <= 0:
+        raise GeneratorError("offered_load", f"must be a positive number, got {load!r}")
+    spread = float(table.get("team_spread", 0.5))
+    horizon_s = parse_duration_s(table.get("arrival_horizon", duration_s))
+    classes = table.get("classes")
+    if not classes:
+        raise GeneratorError("classes", "at least one [[generator.classes]] is required")
+    rng = random.Random(seed)
+    leaves = tree.leaves
+    activity = {leaf: rng.lognormvariate(0.0, spread) for leaf in leaves}
+    default_type = next(iter(cluster.pools))
+    out: list[WorkloadSpec] = []
+    total_share = sum(float(c.get("load_share", 0)) for c in classes)
+    if total_share <= 0:
+        raise GeneratorError("classes", "load_share of the classes must add up to more than 0")
+    for ci, cls in enumerate(classes):
+        where = f"classes[{ci}]"
+        bad = set(cls) - _CLASS_KEYS
+        if bad:
+            raise GeneratorError(f"{where}.{sorted(bad)[0]}", "unknown class setting")
+        kind = str(cls.get("kind", f"class{ci}"))
+        gpu_type = cls.get("gpu_type", default_type)
+        if gpu_type not in cluster.pools:
+            raise GeneratorError(f"{where}.gpu_type", f"no pool {gpu_type!r}")
+        pool = cluster.pools[gpu_type]
+        gpus_list, gpus_w = _weights(cls.get("gpus", [1]), f"{where}.gpus", int)
+        try:
+            lo_s, hi_s = (parse_duration_s(x) for x in cls["work"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GeneratorError(f"{where}.work", f"expected [min, max] durations ({exc})") from None
+        if not 0 < lo_s <= hi_s:
+            raise GeneratorError(f"{where}.work", "needs 0 < min <= max")
+        mean_work_s = (hi_s - lo_s) / math.log(hi_s / lo_s) if hi_s > lo_s else lo_s
+        mean_gpus = sum(g * w for g, w in zip(gpus_list, gpus_w)) / sum(gpus_w)
+        class_gpu_s = load * pool.total_gpus * horizon_s * float(cls.get("load_share", 0)) / total_share
+        mrt = cls.get("min_runtime", 0)
+        prio_keys, prio_w = _weights(cls.get("priority", {"normal": 1}), f"{where}.priority")
+        for p in prio_keys:
+            if p not in PRIORITIES:
+                raise GeneratorError(f"{where}.priority", f"unknown priority {p!r}")
+        ckpt = cls.get("checkpoint_interval")
+        ckpt_s = parse_duration_s(ckpt) if ckpt is not None else None
+        resumable = bool(cls.get("resumable", False))
+        diurnal = float(cls.get("diurnal", 0.0))
+        teams = [t for t in leaves if t in cls.get("teams", leaves)]
+        weights = {t: tree.nodes[t].fraction * activity[t] for t in teams}
+        total_w = sum(weights.values()) or 1.0
+        for team in teams:
+            team_gpu_s = class_gpu_s * weights[team] / total_w
+            rate_per_s = team_gpu_s / (mean_gpus * mean_work_s) / horizon_s
+            if rate_per_s <= 0:
+                continue
+            t = 0.0
+            n = 0
+            peak = 1.0 + diurnal
+            while True:
+                t += rng.expovariate(rate_per_s * peak)
+                if t >= horizon_s:
+                    break
+                # thinning: fewer submissions at night when diurnal > 0
+                if diurnal and rng.random() * peak > 1.0 + diurnal * math.sin(2 * math.pi * (t / 86400 - 0.25)):
+                    continue
+                gpus = rng.choices(gpus_list, gpus_w)[0]
+                work_s = int(round(math.exp(rng.uniform(math.log(lo_s), math.log(hi_s))))) if hi_s > lo_s else lo_s
+                if mrt == "work":
+                    min_rt = min(work_s, policy.max_min_runtime_s)
+                elif isinstance(mrt, list):
+                    a, b = (parse_duration_s(x) for x in mrt)
+                    min_rt = min(int(rng.uniform(a, b)), work_s, policy.max_min_runtime_s)
+                else:
+                    min_rt = min(parse_duration_s(mrt), work_s, policy.max_min_runtime_s)
+                priority = rng.choices(prio_keys, prio_w)[0]
+                short = team.replace("/", "-")
+                out.append(WorkloadSpec(
+                    id=f"{short}-{kind}-{n}", submit_s=int(t), project=team, user=f"{short}-u{rng.randrange(10)}",
+                    gpu_type=gpu_type, gpus=gpus, work_s=work_s, min_runtime_s=min_rt, resumable=resumable,
+                    priority=priority, kind=kind, checkpoint_interval_s=ckpt_s))
+                n += 1
+    out.sort(key=lambda w: (w.submit_s, w.id))
+    return out

@@ -1,0 +1,261 @@
+"""Metrics of a run, computed from its event stream (as Ai2 counted them).
+
+* occupancy = busy GPU-s / GPU-s of nodes in service (healthy or still draining);
+* unallocated_share = unallocated GPU-s / delivered GPU-s;
+* queue waits: submit -> first start per workload; requeue waits (requeue or resubmission ->
+  next start) are reported apart. Work still pending at the end counts with the wait so far
+  (censored), so starved work is not hidden;
+* owed(team, hour) = min(fraction x pool GPUs x 1 h, GPU-h the team's workloads asked for in
+  that hour, pending or running); attainment = sum of min(delivered, owed) / sum of owed;
+* a drain needs a human when its node could not be emptied within the cap on minimum runtime
+  without ending work the policy forbids preempting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from .. import events as ev
+from ..tree import AllocationTree
+
+HOUR_S = 3600
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"count": 0, "mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+    xs = sorted(values)
+    n = len(xs)
+
+    def pct(p: float) -> float:
+        # nearest-rank percentile: the smallest value with at least p% of values at or below it
+        return float(xs[max(0, math.ceil(p / 100 * n) - 1)])
+
+    return {"count": n, "mean": round(sum(xs) / n, 3), "p50": pct(50), "p90": pct(90), "p99": pct(99),
+            "max": float(xs[-1])}
+
+
+class _Rates:
+    """Integrates piecewise-constant rates per key into hourly bins."""
+
+    __slots__ = ("rate", "since", "bins")
+
+    def __init__(self) -> None:
+        self.rate: dict = defaultdict(int)
+        self.since: dict = {}
+        self.bins: dict = defaultdict(lambda: defaultdict(float))
+
+    def change(self, key, t: float, delta: int) -> None:
+        r = self.rate[key]
+        if r:
+            self._integrate(key, self.since[key], t, r)
+        self.rate[key] = r + delta
+        self.since[key] = t
+
+    def _integrate(self, key, t0: float, t1: float, r: int) -> None:
+        bins = self.bins[key]
+        h = int(t0 // HOUR_S)
+        while t0 < t1:
+            edge = min(t1, (h + 1) * HOUR_S)
+            bins[h] += r * (edge - t0)
+            t0 = edge
+            h += 1
+
+    def close(self, t: float) -> None:
+        for key, r in list(self.rate.items()):
+            if r:
+                self._integrate(key, self.since[key], t, r)
+                self.since[key] = t
+
+
+class MetricsCollector:
+    def __init__(self, tree: AllocationTree, pool_gpus: dict[str, int], max_min_runtime_s: int):
+        self.tree = tree
+        self.pool_gpus = pool_gpus
+        self.max_min_runtime_s = max_min_runtime_s
+        self.specs: dict[str, object] = {}
+        self.resubmit_of: dict[str, str | None] = {}
+        self.submit_s: dict[str, float] = {}
+        self.requeued_at: dict[str, float] = {}
+        self.first_wait: dict[str, float] = {}
+        self.requeue_waits: list[float] = []
+        self.requeue_waits_by_kind: dict[str, list[float]] = defaultdict(list)
+        self.running: dict[str, tuple[float, int, bool, str, str, str]] = {}
+        self.busy_gpu_s = 0.0
+        self.unallocated_gpu_s = 0.0
+        self.delivered = _Rates()   # (leaf, pool) -> running GPUs
+        self.demand = _Rates()      # (leaf, pool) -> pending or running GPUs
+        self.in_service = _Rates()  # pool -> GPUs of nodes in service
+        self.preemptions = 0
+        self.preemptions_by_reason: dict[str, int] = defaultdict(int)
+        self.wasted_gpu_s = 0.0
+        self.drains = 0
+        self.drains_needing_human = 0
+        self.node_failures = 0
+        self.completed = 0
+        self.ended_other: dict[str, int] = defaultdict(int)
+        self.events = 0
+        self.node_pool: dict[str, str] = {}
+        self.out_of_service: set[str] = set()
+        self.node_gpus: dict[str, int] = {}
+
+    def start(self, t: float, nodes: dict[str, tuple[str, int]]) -> None:
+        for name, (pool, gpus) in sorted(nodes.items()):
+            self.node_pool[name] = pool
+            self.node_gpus[name] = gpus
+            self.in_service.change(pool, t, gpus)
+
+    def _stop_running(self, wid: str, t: float) -> float:
+        start, gpus, allocated, leaf, pool, _ = self.running.pop(wid)
+        ran = (t - start) * gpus
+        self.busy_gpu_s += ran
+        if not allocated:
+            self.unallocated_gpu_s += ran
+        self.delivered.change((leaf, pool), t, -gpus)
+        return t - start
+
+    def _end(self, wid: str, t: float) -> None:
+        spec = self.specs[wid]
+        self.demand.change((spec.project, spec.gpu_type), t, -spec.gpus)
+
+    def observe(self, e: ev.Event) -> None:
+        self.events += 1
+        t = e.at_ms / 1000
+        match e:
+            case ev.WorkloadSubmitted():
+                spec = e.workload
+                self.specs[spec.id] = spec
+                self.submit_s[spec.id] = t
+                self.resubmit_of[spec.id] = e.resubmit_of
+                self.demand.change((spec.project, spec.gpu_type), t, spec.gpus)
+            case ev.WorkloadStarted():
+                wid = e.workload_id
+                spec = self.specs[wid]
+                if wid in self.requeued_at:
+                    wait = t - self.requeued_at.pop(wid)
+                    self.requeue_waits.append(wait)
+                    self.requeue_waits_by_kind[spec.kind].append(wait)
+                elif wid not in self.first_wait:
+                    wait = t - self.submit_s[wid]
+                    if self.resubmit_of[wid]:
+                        self.requeue_waits.append(wait)
+                        self.requeue_waits_by_kind[spec.kind].append(wait)
+                    self.first_wait[wid] = wait
+                self.running[wid] = (t, e.gpus, e.allocated, e.project, e.gpu_type, spec.kind)
+                self.delivered.change((e.project, e.gpu_type), t, e.gpus)
+            case ev.WorkloadPreempted():
+                self._stop_running(e.workload_id, t)
+                self.preemptions += 1
+                self.preemptions_by_reason[e.reason.kind] += 1
+                self.wasted_gpu_s += e.lost_gpu_s
+                if not e.resumable:
+                    self._end(e.workload_id, t)
+                    self.ended_other["preempted"] += 1
+            case ev.WorkloadRequeued():
+                self.requeued_at[e.workload_id] = t
+            case ev.WorkloadCompleted():
+                self._stop_running(e.workload_id, t)
+                self._end(e.workload_id, t)
+                self.completed += 1
+            case ev.WorkloadFailed() | ev.WorkloadCancelled():
+                wid = e.workload_id
+                if wid in self.running:
+                    ran = self._stop_running(wid, t)
+                    if isinstance(e, ev.WorkloadFailed):
+                        self.wasted_gpu_s += ran * self.specs[wid].gpus
+                self.requeued_at.pop(wid, None)
+                self._end(wid, t)
+                self.ended_other["failed" if isinstance(e, ev.WorkloadFailed) else "cancelled"] += 1
+            case ev.NodeUnhealthy():
+                self.drains += 1
+                self.drains_needing_human += int(e.needs_human)
+            case ev.NodeFailed():
+                self.node_failures += 1
+                self._out_of_service(e.node, t)
+            case ev.NodeDrained():
+                self._out_of_service(e.node, t)
+            case ev.NodeRepaired():
+                if e.node in self.out_of_service:
+                    self.out_of_service.discard(e.node)
+                    self.in_service.change(self.node_pool[e.node], t, self.node_gpus[e.node])
+
+    def _out_of_service(self, node: str, t: float) -> None:
+        if node not in self.out_of_service:
+            self.out_of_service.add(node)
+            self.in_service.change(self.node_pool[node], t, -self.node_gpus[node])
+
+    def finish(self, end_s: float, wall_s: float, simulated_s: float) -> dict:
+        for wid in list(self.running):
+            self._stop_running(wid, end_s)
+        self.delivered.close(end_s)
+        self.demand.close(end_s)
+        self.in_service.close(end_s)
+
+        waits: list[float] = []
+        by_kind: dict[str, list[float]] = defaultdict(list)
+        still_pending = 0
+        for wid, spec in self.specs.items():
+            if self.resubmit_of[wid]:
+                if wid not in self.first_wait:
+                    self.requeue_waits.append(end_s - self.submit_s[wid])
+                continue
+            wait = self.first_wait.get(wid)
+            if wait is None:
+                wait = end_s - self.submit_s[wid]
+                still_pending += 1
+            waits.append(wait)
+            by_kind[spec.kind].append(wait)
+        for wid, t in self.requeued_at.items():
+            self.requeue_waits.append(end_s - t)
+
+        teams = {}
+        owed_total = got_total = 0.0
+        for leaf in self.tree.leaves:
+            owed_h = delivered_h = got_h = 0.0
+            fraction = self.tree.nodes[leaf].fraction
+            for pool, gpus in self.pool_gpus.items():
+                entitled = fraction * gpus * HOUR_S
+                d_bins = self.delivered.bins.get((leaf, pool), {})
+                for h, asked in self.demand.bins.get((leaf, pool), {}).items():
+                    owed = min(entitled, asked)
+                    owed_h += owed
+                    got_h += min(d_bins.get(h, 0.0), owed)
+                delivered_h += sum(d_bins.values())
+            owed_total += owed_h
+            got_total += got_h
+            teams[leaf] = {
+                "fraction": round(fraction, 6),
+                "owed_gpu_hours": round(owed_h / HOUR_S, 3),
+                "delivered_gpu_hours": round(delivered_h / HOUR_S, 3),
+                "attainment": round(got_h / owed_h, 6) if owed_h else None,
+            }
+        rated = [v["attainment"] for v in teams.values() if v["attainment"] is not None]
+        in_service_gpu_s = sum(sum(b.values()) for b in self.in_service.bins.values())
+        return {
+            "occupancy": round(self.busy_gpu_s / in_service_gpu_s, 6) if in_service_gpu_s else 0.0,
+            "unallocated_share": round(self.unallocated_gpu_s / self.busy_gpu_s, 6) if self.busy_gpu_s else 0.0,
+            "delivered_gpu_hours": round(self.busy_gpu_s / HOUR_S, 3),
+            "queue_wait_s": {
+                "overall": percentiles(waits),
+                "by_kind": {k: percentiles(v) for k, v in sorted(by_kind.items())},
+                "requeue": percentiles(self.requeue_waits),
+                "requeue_by_kind": {k: percentiles(v) for k, v in sorted(self.requeue_waits_by_kind.items())},
+                "still_pending": still_pending,
+            },
+            "preemptions": self.preemptions,
+            "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
+            "wasted_gpu_hours": round(self.wasted_gpu_s / HOUR_S, 3),
+            "teams": teams,
+            "attainment": {
+                "fleet": round(got_total / owed_total, 6) if owed_total else None,
+                "min_team": min(rated) if rated else None,
+                "teams_at_or_above_95": sum(1 for a in rated if a >= 0.95),
+                "teams": len(rated),
+            },
+            "drains": {"total": self.drains, "needing_human": self.drains_needing_human},
+            "node_failures": self.node_failures,
+            "workloads": {"submitted": len(self.specs), "completed": self.completed,
+                          **dict(sorted(self.ended_other.items())), "still_pending": still_pending},
+            "sim": {"wall_s": round(wall_s, 3), "events": self.events, "simulated_s": simulated_s},
+        }

@@ -1,0 +1,50 @@
+"""The one-screen text summary that compares policies."""
+
+from __future__ import annotations
+
+from ..durations import format_duration_s
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def summary_rows(metrics_by_policy: dict[str, dict]) -> list[tuple[str, list[str]]]:
+    rows: list[tuple[str, list[str]]] = []
+    policies = list(metrics_by_policy)
+    kinds = sorted({k for m in metrics_by_policy.values() for k in m["queue_wait_s"]["by_kind"]})
+
+    def row(label, fn):
+        rows.append((label, [fn(metrics_by_policy[p]) for p in policies]))
+
+    row("occupancy", lambda m: _pct(m["occupancy"]))
+    row("unallocated share of delivered", lambda m: _pct(m["unallocated_share"]))
+    row("attainment: fleet", lambda m: _pct(m["attainment"]["fleet"]))
+    row("attainment: worst team", lambda m: _pct(m["attainment"]["min_team"]))
+    row("teams >= 95% of owed", lambda m: f"{m['attainment']['teams_at_or_above_95']}/{m['attainment']['teams']}")
+    row("queue wait p50 / p90", lambda m: "{} / {}".format(format_duration_s(m["queue_wait_s"]["overall"]["p50"]),
+                                                           format_duration_s(m["queue_wait_s"]["overall"]["p90"])))
+    for kind in kinds:
+        row(f"  {kind} p50 / p90", lambda m, k=kind: (
+            "{} / {}".format(format_duration_s(m["queue_wait_s"]["by_kind"][k]["p50"]),
+                             format_duration_s(m["queue_wait_s"]["by_kind"][k]["p90"]))
+            if k in m["queue_wait_s"]["by_kind"] else "-"))
+    row("requeue wait p50 / p90", lambda m: "{} / {}".format(
+        format_duration_s(m["queue_wait_s"]["requeue"]["p50"]), format_duration_s(m["queue_wait_s"]["requeue"]["p90"])))
+    row("preemptions", lambda m: str(m["preemptions"]))
+    row("wasted GPU-hours", lambda m: f"{m['wasted_gpu_hours']:.0f}")
+    row("drains needing a human", lambda m: f"{m['drains']['needing_human']}/{m['drains']['total']}")
+    row("still pending at end", lambda m: str(m["workloads"]["pending_at_end"]))
+    row("wall time", lambda m: f"{m['sim']['wall_s']:.2f}s ({m['sim']['events']} events)")
+    return rows
+
+
+def render_summary(name: str, metrics_by_policy: dict[str, dict]) -> str:
+    rows = summary_rows(metrics_by_policy)
+    policies = list(metrics_by_policy)
+    width = max(len(r[0]) for r in rows) + 2
+    cols = [max(len(p), *(len(r[1][i]) for r in rows)) + 2 for i, p in enumerate(policies)]
+    lines = [f"scenario {name}", "".ljust(width) + "".join(p.rjust(c) for p, c in zip(policies, cols))]
+    for label, values in rows:
+        lines.append(label.ljust(width) + "".join(v.rjust(c) for v, c in zip(values, cols)))
+    return "\n".join(lines)

@@ -1,0 +1,395 @@
+"""The scheduler's state and its evolution by events.
+
+Every change goes through :meth:`SchedulerState.apply` (the *evolve* function): decisions
+build events, applying an event changes the state. The live placement service rebuilds its
+state by applying the stream; the simulator applies the same events as it makes them; so
+both hold the same state for the same history.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+
+from . import events as ev
+from .cluster import NODE_CORDONED, NODE_DOWN, NODE_DRAINED, NODE_HEALTHY, Cluster, Node
+from .config import PolicyConfig
+from .fairshare import workload_sort_key
+from .queue import LeafQueue
+from .tree import AllocationTree
+from .window import UsageLedger
+from .workload import PRIORITY_RANK, WorkloadSpec, check_contract
+
+PENDING = "pending"
+RUNNING = "running"
+COMPLETED = "completed"
+PREEMPTED = "preempted"   # ended by preemption (not resumable)
+FAILED = "failed"
+CANCELLED = "cancelled"
+ENDED = (COMPLETED, PREEMPTED, FAILED, CANCELLED)
+
+
+class Workload:
+    """A workload's contract and where it stands now."""
+
+    __slots__ = (
+        "spec", "id", "leaf", "gpu_type", "gpus", "key", "state", "progress_s", "run_start_s",
+        "allocated", "protected_until_s", "placement", "first_start_s", "queued_since_s",
+        "attempt", "preemptions", "resubmit_of", "submit_s", "non_preemptible",
+    )
+
+    def __init__(self, spec: WorkloadSpec, submit_s: int, resubmit_of: str | None):
+        self.spec = spec
+        self.id = spec.id
+        self.leaf = spec.project
+        self.gpu_type = spec.gpu_type
+        self.gpus = spec.gpus
+        self.submit_s = submit_s
+        self.key = workload_sort_key(PRIORITY_RANK[spec.priority], submit_s, spec.id)
+        self.state = PENDING
+        self.progress_s = 0
+        self.run_start_s = 0
+        self.allocated = False
+        self.protected_until_s: int | None = None
+        self.placement: list[tuple[Node, list[int]]] = []
+        self.first_start_s: int | None = None
+        self.queued_since_s = submit_s
+        self.attempt = 0
+        self.preemptions = 0
+        self.resubmit_of = resubmit_of
+        self.non_preemptible = False
+
+    @property
+    def queue_class(self) -> str:
+        """"a" when it asks for allocated time (min runtime > 0), else "u" (unallocated)."""
+        return "a" if self.spec.min_runtime_s > 0 else "u"
+
+    def remaining_s(self) -> int:
+        return self.spec.work_s - self.progress_s
+
+    def is_protected(self, now_s: float) -> bool:
+        return self.protected_until_s is not None and now_s < self.protected_until_s
+
+    def saved_progress_s(self, now_s: float) -> int:
+        """Work that survives a stop now: resumable work keeps its last checkpoint."""
+        if not self.spec.resumable:
+            return 0
+        ran = int(now_s - self.run_start_s)
+        interval = self.spec.checkpoint_interval_s
+        kept = (ran // interval) * interval if interval else 0
+        return min(self.progress_s + kept, self.spec.work_s)
+
+
+class SchedulerState:
+    """Tree, cluster, usage and workloads of one cluster; mutated only through :meth:`apply`."""
+
+    def __init__(self, tree: AllocationTree, cluster: Cluster, config: PolicyConfig, name: str = "default",
+                 id_prefix: str = "e"):
+        self.tree = tree
+        self.cluster = cluster
+        self.config = config
+        self.name = name
+        self.ledger = UsageLedger(config.lookback_window_s)
+        self.workloads: dict[str, Workload] = {}
+        self.running: dict[str, Workload] = {}
+        self.queues: dict[tuple[str, str, str], LeafQueue] = {}
+        self.pending_count = 0
+        # running GPUs by pool: unallocated, and allocated-but-unprotected per leaf
+        self.unallocated_gpus: dict[str, int] = {t: 0 for t in cluster.pools}
+        self.unprotected_gpus: dict[str, dict[str, int]] = {t: {} for t in cluster.pools}
+        self.nonpreemptible_gpus: dict[str, dict[str, int]] = {t: {} for t in cluster.pools}
+        self.pending_by_pool: dict[str, int] = {t: 0 for t in cluster.pools}
+        #: (submit_s, id) of pending work per pool, kept only when a policy needs it (fifo)
+        self.submit_order: dict[str, list[tuple[float, str]]] | None = None
+        self._protection: list[tuple[float, str, int]] = []  # (until, id, attempt)
+        self._seq = 0
+        self._id_prefix = id_prefix
+        self.last_event_ms = 0
+
+    # -- ids and time ---------------------------------------------------------------------
+    def next_event_id(self) -> str:
+        self._seq += 1
+        return f"{self._id_prefix}{self._seq}"
+
+    @staticmethod
+    def ms(now_s: float) -> int:
+        return int(round(now_s * 1000))
+
+    # -- queries --------------------------------------------------------------------------
+    def queue(self, gpu_type: str, leaf: str, cls: str) -> LeafQueue:
+        q = self.queues.get((gpu_type, leaf, cls))
+        if q is None:
+            q = self.queues[(gpu_type, leaf, cls)] = LeafQueue()
+        return q
+
+    def pending(self) -> list[Workload]:
+        return sorted((w for w in self.workloads.values() if w.state == PENDING), key=lambda w: w.key)
+
+    def validate_submission(self, spec: WorkloadSpec) -> None:
+        """Raise ContractError/TreeError/PlacementError; changes nothing."""
+        check_contract(spec, self.config.max_min_runtime_s)
+        self.tree.require_leaf(spec.project)
+        self.cluster.pool(spec.gpu_type).check_request(spec.gpus)
+        if spec.id in self.workloads:
+            raise ValueError(f"id: workload {spec.id!r} already exists")
+
+    # -- decisions that come from outside the scheduler -----------------------------------
+    def submitted(self, spec: WorkloadSpec, now_s: float, resubmit_of: str | None = None) -> ev.WorkloadSubmitted:
+        self.validate_submission(spec)
+        return ev.WorkloadSubmitted(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
+                                    workload=spec, resubmit_of=resubmit_of)
+
+    def completed(self, workload_id: str, now_s: float, exit_code: int = 0) -> ev.Event:
+        w = self.workloads[workload_id]
+        if w.state != RUNNING:
+            raise ValueError(f"{workload_id} is {w.state}, not running")
+        if exit_code:
+            return ev.WorkloadFailed(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
+                                     workload_id=workload_id, reason=f"exit code {exit_code}", exit_code=exit_code)
+        return ev.WorkloadCompleted(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
+                                    workload_id=workload_id)
+
+    def cancelled(self, workload_id: str, now_s: float, by: str = "") -> ev.WorkloadCancelled:
+        w = self.workloads[workload_id]
+        if w.state in ENDED:
+            raise ValueError(f"{workload_id} already ended ({w.state})")
+        return ev.WorkloadCancelled(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
+                                    workload_id=workload_id, by=by)
+
+    def started(self, w: Workload, nodes: list[Node], now_s: float, non_preemptible: bool = False) -> ev.WorkloadStarted:
+        """The event that starts ``w`` on ``nodes`` (GPU ids picked here, lowest free first)."""
+        per_node = w.gpus if len(nodes) == 1 else w.spec.gpus // len(nodes)
+        placement = []
+        for node in nodes:
+            ids = [g for g, holder in enumerate(node.slots) if holder is None][:per_node]
+            placement.append(ev.NodeGpus(node=node.name, gpu_ids=ids))
+        if non_preemptible:  # baseline: "allocated" means opted out of preemption, no timer
+            allocated, until = True, None
+        else:
+            allocated = w.spec.min_runtime_s > 0 and self.tree.nodes[w.leaf].fraction > 0
+            until = now_s + w.spec.min_runtime_s if allocated else None
+        return ev.WorkloadStarted(
+            event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, workload_id=w.id,
+            project=w.leaf, gpu_type=w.gpu_type, gpus=w.gpus, placement=placement, allocated=allocated,
+            protected_until_ms=self.ms(until) if until is not None else None, progress_s=w.progress_s,
+            attempt=w.attempt + 1, non_preemptible=non_preemptible,
+        )
+
+    def preempted(self, w: Workload, now_s: float, reason: ev.PreemptionReason) -> list[ev.Event]:
+        """Events that stop ``w`` now: preempted, then requeued when it is resumable."""
+        saved = w.saved_progress_s(now_s)
+        lost_s = int(now_s - w.run_start_s) - (saved - w.progress_s)
+        out: list[ev.Event] = [ev.WorkloadPreempted(
+            event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, workload_id=w.id,
+            reason=reason, resumable=w.spec.resumable, progress_s=saved, lost_gpu_s=lost_s * w.gpus)]
+        if w.spec.resumable:
+            out.append(ev.WorkloadRequeued(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
+                                           workload_id=w.id, progress_s=saved))
+        return out
+
+    def expire_protection(self, now_s: float) -> list[ev.Event]:
+        """min_runtime_reached for every allocated workload whose protection ended by now."""
+        out: list[ev.Event] = []
+        heap = self._protection
+        while heap and heap[0][0] <= now_s:
+            until, wid, attempt = heapq.heappop(heap)
+            w = self.workloads.get(wid)
+            if w is not None and w.state == RUNNING and w.attempt == attempt and w.protected_until_s == until:
+                e = ev.MinRuntimeReached(event_id=self.next_event_id(), at_ms=self.ms(until), cluster=self.name,
+                                         workload_id=wid)
+                self.apply(e)
+                out.append(e)
+        return out
+
+    def next_protection_expiry_s(self) -> float | None:
+        return self._protection[0][0] if self._protection else None
+
+    # -- nodes ----------------------------------------------------------------------------
+    def node_unhealthy(self, name: str, now_s: float, reason: str, needs_human: bool) -> ev.NodeUnhealthy:
+        self.cluster.node(name)
+        return ev.NodeUnhealthy(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
+                                node=name, reason=reason, needs_human=needs_human)
+
+    def node_failed(self, name: str, now_s: float, reason: str) -> list[ev.Event]:
+        """The node dies: its work ends at once (resumable work is requeued)."""
+        node = self.cluster.node(name)
+        out: list[ev.Event] = [ev.NodeFailed(event_id=self.next_event_id(), at_ms=self.ms(now_s),
+                                             cluster=self.name, node=name, reason=reason)]
+        for wid in node.workload_ids():
+            w = self.workloads[wid]
+            if w.spec.resumable:
+                out.extend(self.preempted(w, now_s, ev.PreemptionReason(
+                    kind="node_failed", node=name, message=f"node {name} failed: {reason}")))
+            else:
+                out.append(ev.WorkloadFailed(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
+                                             workload_id=wid, reason=f"node {name} failed: {reason}"))
+        return out
+
+    def node_repaired(self, name: str, now_s: float) -> ev.NodeRepaired:
+        self.cluster.node(name)
+        return ev.NodeRepaired(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, node=name)
+
+    # -- evolve ---------------------------------------------------------------------------
+    def apply(self, e: ev.Event) -> None:
+        """Change the state by one event. Events must arrive in order."""
+        self.last_event_ms = e.at_ms
+        now_s = e.at_ms / 1000 if e.at_ms % 1000 else e.at_ms // 1000
+        match e:
+            case ev.WorkloadSubmitted():
+                spec = e.workload
+                w = Workload(spec, now_s, e.resubmit_of)
+                self.workloads[w.id] = w
+                self._enqueue(w)
+            case ev.WorkloadStarted():
+                self._start(self.workloads[e.workload_id], e, now_s)
+            case ev.MinRuntimeReached():
+                w = self.workloads[e.workload_id]
+                if w.state == RUNNING and w.protected_until_s is not None:
+                    w.protected_until_s = None
+                    u = self.unprotected_gpus[w.gpu_type]
+                    u[w.leaf] = u.get(w.leaf, 0) + w.gpus
+            case ev.WorkloadPreempted():
+                w = self.workloads[e.workload_id]
+                self._stop(w, now_s)
+                w.progress_s = e.progress_s
+                w.preemptions += 1
+                w.state = PREEMPTED  # becomes pending again on workload.requeued
+            case ev.WorkloadRequeued():
+                w = self.workloads[e.workload_id]
+                w.progress_s = e.progress_s
+                w.queued_since_s = now_s
+                self._enqueue(w)
+            case ev.WorkloadCompleted():
+                w = self.workloads[e.workload_id]
+                self._stop(w, now_s)
+                w.progress_s = w.spec.work_s
+                w.state = COMPLETED
+            case ev.WorkloadFailed():
+                w = self.workloads[e.workload_id]
+                self._end(w, now_s, FAILED)
+            case ev.WorkloadCancelled():
+                w = self.workloads[e.workload_id]
+                self._end(w, now_s, CANCELLED)
+            case ev.NodeUnhealthy():
+                node = self.cluster.node(e.node)
+                if node.state == NODE_HEALTHY:
+                    node.pool.set_state(node, NODE_CORDONED)
+            case ev.NodeFailed():
+                node = self.cluster.node(e.node)
+                node.pool.set_state(node, NODE_DOWN)
+            case ev.NodeDrained():
+                node = self.cluster.node(e.node)
+                node.pool.set_state(node, NODE_DRAINED)
+            case ev.NodeRepaired():
+                node = self.cluster.node(e.node)
+                node.pool.set_state(node, NODE_HEALTHY)
+            case ev.BudgetChanged():
+                self.tree = AllocationTree.from_shares(e.new)
+            case _:
+                raise TypeError(f"unknown event {e!r}")
+
+    def _enqueue(self, w: Workload) -> None:
+        w.state = PENDING
+        self.queue(w.gpu_type, w.leaf, w.queue_class).add(w.gpus, w.key)
+        self.pending_count += 1
+        self.pending_by_pool[w.gpu_type] += 1
+        if self.submit_order is not None:
+            insort(self.submit_order.setdefault(w.gpu_type, []), (w.submit_s, w.id))
+
+    def _dequeue(self, w: Workload) -> None:
+        self.queue(w.gpu_type, w.leaf, w.queue_class).remove(w.gpus, w.key)
+        self.pending_count -= 1
+        self.pending_by_pool[w.gpu_type] -= 1
+        if self.submit_order is not None:
+            order = self.submit_order[w.gpu_type]
+            del order[bisect_left(order, (w.submit_s, w.id))]
+
+    def _start(self, w: Workload, e: ev.WorkloadStarted, now_s: float) -> None:
+        if w.state != PENDING:
+            raise ValueError(f"{w.id} is {w.state}; only pending work starts")
+        self._dequeue(w)
+        pool = self.cluster.pool(w.gpu_type)
+        placement = []
+        for part in e.placement:
+            node = self.cluster.node(part.node)
+            for g in part.gpu_ids:
+                if node.slots[g] is not None:
+                    raise AssertionError(f"{node.name} GPU {g} is held by {node.slots[g]}; cannot give it to {w.id}")
+                node.slots[g] = w.id
+            old = node.free
+            node.free -= len(part.gpu_ids)
+            pool._rebucket(node, old)
+            placement.append((node, list(part.gpu_ids)))
+        w.placement = placement
+        w.state = RUNNING
+        w.attempt = e.attempt
+        w.run_start_s = now_s
+        w.progress_s = e.progress_s
+        if w.first_start_s is None:
+            w.first_start_s = now_s
+        w.allocated = e.allocated
+        w.non_preemptible = e.non_preemptible
+        if w.non_preemptible:
+            n = self.nonpreemptible_gpus[w.gpu_type]
+            n[w.leaf] = n.get(w.leaf, 0) + w.gpus
+        w.protected_until_s = e.protected_until_ms / 1000 if e.protected_until_ms is not None else None
+        if w.protected_until_s is not None and w.protected_until_s == int(w.protected_until_s):
+            w.protected_until_s = int(w.protected_until_s)
+        self.running[w.id] = w
+        self.ledger.add_running(w.leaf, w.gpu_type, w.allocated, w.gpus, now_s)
+        if not w.allocated:
+            self.unallocated_gpus[w.gpu_type] += w.gpus
+        elif w.protected_until_s is None or w.protected_until_s <= now_s:
+            w.protected_until_s = None
+            u = self.unprotected_gpus[w.gpu_type]
+            u[w.leaf] = u.get(w.leaf, 0) + w.gpus
+        else:
+            heapq.heappush(self._protection, (w.protected_until_s, w.id, w.attempt))
+
+    def _stop(self, w: Workload, now_s: float) -> None:
+        if w.state != RUNNING:
+            raise ValueError(f"{w.id} is {w.state}, not running")
+        pool = self.cluster.pool(w.gpu_type)
+        for node, ids in w.placement:
+            pool.release(node, ids, w.id)
+        w.placement = []
+        if w.non_preemptible:
+            self.nonpreemptible_gpus[w.gpu_type][w.leaf] -= w.gpus
+            w.non_preemptible = False
+        del self.running[w.id]
+        self.ledger.add_running(w.leaf, w.gpu_type, w.allocated, -w.gpus, now_s)
+        if not w.allocated:
+            self.unallocated_gpus[w.gpu_type] -= w.gpus
+        elif w.protected_until_s is None:
+            self.unprotected_gpus[w.gpu_type][w.leaf] -= w.gpus
+        w.protected_until_s = None
+
+    def _end(self, w: Workload, now_s: float, state: str) -> None:
+        if w.state == RUNNING:
+            self._stop(w, now_s)
+        elif w.state == PENDING:
+            self._dequeue(w)
+        w.state = state
+
+    # -- node drains ----------------------------------------------------------------------
+    def cordoned_nodes(self) -> list[Node]:
+        return [n for p in self.cluster.pools.values() for n in p.nodes if n.state == NODE_CORDONED]
+
+    def drain_events(self, now_s: float, may_end_now) -> list[ev.Event]:
+        """Drain cordoned nodes: stop what ``may_end_now(w, now_s)`` allows; report empty nodes."""
+        out: list[ev.Event] = []
+        for node in self.cordoned_nodes():
+            for wid in node.workload_ids():
+                w = self.workloads[wid]
+                if may_end_now(w, now_s):
+                    for e in self.preempted(w, now_s, ev.PreemptionReason(
+                            kind="drain", node=node.name,
+                            message=f"node {node.name} is unhealthy and drains as work reaches its minimum runtime")):
+                        self.apply(e)
+                        out.append(e)
+            if node.free == node.gpus:
+                e = ev.NodeDrained(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
+                                   node=node.name)
+                self.apply(e)
+                out.append(e)
+        return out

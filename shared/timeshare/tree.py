@@ -1,0 +1,125 @@
+"""The allocation tree: slash paths, shares among siblings, fractions of the cluster.
+
+A node's fraction is the product of ``share / sum(sibling shares)`` down its path. Work is
+submitted against a leaf. A share of 0 is allowed and means "no budget" (like a Kueue
+ClusterQueue with nominal quota 0): the node keeps its history but its fraction is 0, so its
+work can only run unallocated. Negative or non-finite shares are errors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+class TreeError(ValueError):
+    """An invalid allocation tree or a path that is not what the caller needs."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass
+class TreeNode:
+    path: str
+    share: float
+    parent: str | None
+    depth: int
+    children: list[str] = field(default_factory=list)
+    fraction: float = 0.0
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+def ancestors(path: str) -> list[str]:
+    """Paths from the top level down to and including ``path``: a/b/c -> [a, a/b, a/b/c]."""
+    parts = path.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def is_within(path: str, subtree: str) -> bool:
+    """True when ``path`` is ``subtree`` or lies below it."""
+    return path == subtree or path.startswith(subtree + "/")
+
+
+class AllocationTree:
+    """An immutable, validated allocation tree. Build with :meth:`from_shares`."""
+
+    def __init__(self, nodes: dict[str, TreeNode]):
+        self.nodes = nodes
+        self.roots = sorted(p for p, n in nodes.items() if n.parent is None)
+        self.leaves = sorted(p for p, n in nodes.items() if n.is_leaf)
+        self.max_depth = max((n.depth for n in nodes.values()), default=0)
+
+    @classmethod
+    def from_shares(cls, shares: dict[str, float]) -> "AllocationTree":
+        """Validate ``{path: share}`` and compute fractions; raise TreeError naming the path."""
+        nodes: dict[str, TreeNode] = {}
+        for path in sorted(shares):
+            share = shares[path]
+            if not isinstance(path, str) or not path or path.startswith("/") or path.endswith("/") or "//" in path:
+                raise TreeError(str(path), "a node is a slash path like 'program/project/team'")
+            if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share):
+                raise TreeError(path, f"share must be a number, got {share!r}")
+            if share < 0:
+                raise TreeError(path, f"share must not be negative, got {share!r}")
+            parent = path.rsplit("/", 1)[0] if "/" in path else None
+            nodes[path] = TreeNode(path=path, share=float(share), parent=parent, depth=path.count("/"))
+        for path in sorted(nodes):
+            parent = nodes[path].parent
+            if parent is not None:
+                if parent not in nodes:
+                    raise TreeError(path, f"unknown parent {parent!r} (declare it with a share)")
+                nodes[parent].children.append(path)
+        if not nodes:
+            raise TreeError("(tree)", "the allocation tree is empty")
+        tree = cls(nodes)
+        tree._compute_fractions()
+        return tree
+
+    def _compute_fractions(self) -> None:
+        def assign(siblings: list[str], parent_fraction: float) -> None:
+            total = sum(self.nodes[p].share for p in siblings)
+            for p in siblings:
+                node = self.nodes[p]
+                node.fraction = parent_fraction * node.share / total if total > 0 else 0.0
+                assign(node.children, node.fraction)
+
+        assign(self.roots, 1.0)
+
+    def shares(self) -> dict[str, float]:
+        return {p: self.nodes[p].share for p in sorted(self.nodes)}
+
+    def fraction(self, path: str) -> float:
+        return self.node(path).fraction
+
+    def node(self, path: str) -> TreeNode:
+        try:
+            return self.nodes[path]
+        except KeyError:
+            raise TreeError(path, "unknown allocation") from None
+
+    def require_leaf(self, path: str) -> TreeNode:
+        """The leaf at ``path``; work can only be submitted against a leaf."""
+        node = self.node(path)
+        if not node.is_leaf:
+            raise TreeError(path, f"is a parent of {', '.join(node.children)}; submit against a leaf")
+        return node
+
+    def with_shares(self, changes: dict[str, float]) -> "AllocationTree":
+        """A new tree with some shares changed or nodes added (validated as a whole)."""
+        merged = self.shares()
+        merged.update(changes)
+        return AllocationTree.from_shares(merged)
+
+    def without(self, path: str) -> "AllocationTree":
+        """A new tree without ``path`` and its subtree."""
+        return AllocationTree.from_shares({p: s for p, s in self.shares().items() if not is_within(p, path)})

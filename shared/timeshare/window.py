@@ -1,0 +1,100 @@
+"""Rolling-window occupancy: GPU-seconds per tree node and GPU type over the lookback window.
+
+Each (node, GPU type, allocated?) track keeps the piecewise-linear cumulative integral of its
+GPU count: breakpoints ``(t, cumulative GPU-s at t, GPUs from t on)``. Usage in the window is
+``cum(now) - cum(now - window)``, which is exact (integers in, integers out), includes the
+running part up to ``now``, and costs one binary search. Breakpoints older than the window
+are dropped as time moves on, so memory is bounded by the events inside one window.
+
+Queries must not go back in time: ``now_s`` is non-decreasing across calls.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from .tree import ancestors
+
+_COMPACT_AT = 4096
+
+
+class _Track:
+    __slots__ = ("times", "cums", "rates", "head")
+
+    def __init__(self) -> None:
+        self.times: list[int] = []
+        self.cums: list[int] = []
+        self.rates: list[int] = []
+        self.head = 0
+
+    def cum_at(self, t: int) -> int:
+        times = self.times
+        i = bisect_right(times, t, self.head) - 1
+        if i < self.head:
+            # before the first kept breakpoint: only possible before any usage at all
+            return self.cums[self.head] if i >= 0 else 0
+        return self.cums[i] + self.rates[i] * (t - times[i])
+
+    def rate(self) -> int:
+        return self.rates[-1] if self.rates else 0
+
+    def add(self, now_s: int, delta_gpus: int, window_s: int) -> None:
+        times = self.times
+        if times and times[-1] == now_s:
+            self.rates[-1] += delta_gpus
+            return
+        cum = self.cum_at(now_s) if times else 0
+        times.append(now_s)
+        self.cums.append(cum)
+        self.rates.append(self.rate() + delta_gpus)
+        # keep one breakpoint at or before the window start, drop the rest lazily
+        horizon = now_s - window_s
+        head = self.head
+        while head + 1 < len(times) and times[head + 1] <= horizon:
+            head += 1
+        self.head = head
+        if head >= _COMPACT_AT:
+            del times[:head], self.cums[:head], self.rates[:head]
+            self.head = 0
+
+
+class UsageLedger:
+    """Allocated / unallocated GPU-seconds per tree node (aggregated up) and GPU type."""
+
+    def __init__(self, window_s: int):
+        if window_s <= 0:
+            raise ValueError("lookback window must be positive")
+        self.window_s = window_s
+        self._tracks: dict[tuple[str, str, bool], _Track] = {}
+        self._paths: dict[str, list[str]] = {}
+
+    def _track(self, path: str, gpu_type: str, allocated: bool) -> _Track:
+        key = (path, gpu_type, allocated)
+        track = self._tracks.get(key)
+        if track is None:
+            track = self._tracks[key] = _Track()
+        return track
+
+    def add_running(self, leaf: str, gpu_type: str, allocated: bool, delta_gpus: int, now_s: int) -> None:
+        """Record that ``delta_gpus`` more (or fewer, if negative) GPUs run for ``leaf`` from now on.
+
+        The path "" is the whole cluster."""
+        paths = self._paths.get(leaf)
+        if paths is None:
+            paths = self._paths[leaf] = ["", *ancestors(leaf)]
+        for path in paths:
+            self._track(path, gpu_type, allocated).add(now_s, delta_gpus, self.window_s)
+
+    def usage_gpu_s(self, path: str, gpu_type: str, allocated: bool, now_s: int) -> int:
+        """GPU-seconds used by ``path``'s subtree in ``(now - window, now]``."""
+        track = self._tracks.get((path, gpu_type, allocated))
+        if track is None or not track.times:
+            return 0
+        return track.cum_at(now_s) - track.cum_at(now_s - self.window_s)
+
+    def running_gpus(self, path: str, gpu_type: str, allocated: bool) -> int:
+        track = self._tracks.get((path, gpu_type, allocated))
+        return track.rate() if track else 0
+
+    def gpu_types(self) -> list[str]:
+        return sorted({k[1] for k in self._tracks})
