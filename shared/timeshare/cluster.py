@@ -37,7 +37,7 @@ class PlacementError(ValueError):
 
 
 class Node:
-    __slots__ = ("name", "index", "rack", "gpus", "slots", "free", "state", "pool")
+    __slots__ = ("name", "index", "rack", "gpus", "slots", "free", "state", "pool", "holders", "blocked")
 
     def __init__(self, pool: "Pool", index: int, rack: int, gpus: int):
         self.pool = pool
@@ -48,9 +48,11 @@ class Node:
         self.slots: list[str | None] = [None] * gpus  # workload id per GPU
         self.free = gpus
         self.state = NODE_HEALTHY
+        self.holders: dict[str, int] = {}  # workload id -> GPUs it holds here
+        self.blocked = 0  # GPUs held by work no request may preempt now (protected)
 
     def workload_ids(self) -> list[str]:
-        return sorted({w for w in self.slots if w is not None})
+        return sorted(self.holders)
 
 
 class Pool:
@@ -67,6 +69,10 @@ class Pool:
         self.buckets: list[set[int]] = [set() for _ in range(spec.gpus_per_node + 1)]
         self.buckets[spec.gpus_per_node].update(range(spec.nodes))
         self.free_gpus = self.total_gpus  # on schedulable nodes
+        # open[c] = indices of schedulable nodes where c GPUs are not blocked by protected
+        # work: the most a preemption could free there (victim search looks only at these)
+        self.open: list[set[int]] = [set() for _ in range(spec.gpus_per_node + 1)]
+        self.open[spec.gpus_per_node].update(range(spec.nodes))
 
     # -- validation -------------------------------------------------------------------------
     def check_request(self, gpus: int) -> None:
@@ -95,11 +101,34 @@ class Pool:
     def set_state(self, node: Node, state: str) -> None:
         if node.state == NODE_HEALTHY and state != NODE_HEALTHY:
             self.buckets[node.free].discard(node.index)
+            self.open[node.gpus - node.blocked].discard(node.index)
             self.free_gpus -= node.free
         elif node.state != NODE_HEALTHY and state == NODE_HEALTHY:
             self.buckets[node.free].add(node.index)
+            self.open[node.gpus - node.blocked].add(node.index)
             self.free_gpus += node.free
         node.state = state
+
+    def block(self, node: Node, delta_gpus: int) -> None:
+        """Protected work on ``node`` grew (or shrank, if negative) by ``delta_gpus``."""
+        if node.state == NODE_HEALTHY:
+            self.open[node.gpus - node.blocked].discard(node.index)
+            self.open[node.gpus - node.blocked - delta_gpus].add(node.index)
+        node.blocked += delta_gpus
+
+    def max_open_on_a_node(self) -> int:
+        for c in range(self.gpus_per_node, 0, -1):
+            if self.open[c]:
+                return c
+        return 0
+
+    def open_nodes(self, at_least: int) -> list[Node]:
+        """Schedulable nodes where a preemption could free ``at_least`` GPUs, by index."""
+        idx: list[int] = []
+        for c in range(at_least, self.gpus_per_node + 1):
+            idx.extend(self.open[c])
+        idx.sort()
+        return [self.nodes[i] for i in idx]
 
     def whole_free_nodes(self) -> int:
         return len(self.buckets[self.gpus_per_node])
@@ -161,6 +190,7 @@ class Pool:
                     ids.append(g)
                     if len(ids) == per_node:
                         break
+            node.holders[workload_id] = node.holders.get(workload_id, 0) + per_node
             old = node.free
             node.free -= per_node
             self._rebucket(node, old)
@@ -173,6 +203,9 @@ class Pool:
             if slots[g] != workload_id:
                 raise AssertionError(f"{node.name} GPU {g} is not held by {workload_id}")
             slots[g] = None
+        left = node.holders.pop(workload_id) - len(gpu_ids)
+        if left:
+            node.holders[workload_id] = left
         old = node.free
         node.free += len(gpu_ids)
         self._rebucket(node, old)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from .tree import AllocationTree, ancestors
+from .tree import AllocationTree
 from .window import UsageLedger
 
 INFINITE_RATIO = math.inf
@@ -38,7 +38,7 @@ class FairShareView:
         self.ratios = ratios
         self.usage_gpu_s = usage
         self._leaf_order: list[str] | None = None
-        self._paths = {leaf: ancestors(leaf) for leaf in tree.leaves}
+        self._paths = tree.paths
 
     def ratio(self, path: str) -> float:
         return self.ratios[path]
@@ -71,11 +71,7 @@ class FairShareView:
 
     def divergence(self, leaf_a: str, leaf_b: str) -> tuple[str, str] | None:
         """The two sibling subtrees where the paths of ``leaf_a`` and ``leaf_b`` part, or None."""
-        pa, pb = self._paths[leaf_a], self._paths[leaf_b]
-        for a, b in zip(pa, pb):
-            if a != b:
-                return a, b
-        return None
+        return self.tree.divergence(leaf_a, leaf_b)
 
 
 def workload_sort_key(priority_rank: int, submit_s: int, workload_id: str) -> tuple[int, int, str]:

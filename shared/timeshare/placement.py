@@ -11,6 +11,7 @@ deterministic). Then:
   its most expensive victim (a free node costs nothing); the cheapest nodes win, all from one
   rack when a rack can supply them at no higher cost.
 
+Only nodes with GPUs not blocked by protected work are searched (``Pool.open``).
 Protected work is never offered by ``may_preempt``, and only GPUs that are free or held by
 chosen victims are given, so no GPU is given twice. The search reads the state and changes
 nothing; the caller applies the preemptions and the start.
@@ -48,54 +49,47 @@ def find_victims(
 
     if gpus <= gpn:
         best = None
-        for node in pool.nodes:
-            if node.state != "healthy":
-                continue
+        for node in pool.open_nodes(gpus):
             free = node.free
             if free >= gpus:
                 return [node], []
-            holders: dict[str, int] = {}
-            for wid in node.slots:
-                if wid is not None:
-                    holders[wid] = holders.get(wid, 0) + 1
             candidates = []
             reachable = free
-            for wid, n in holders.items():
+            for wid, n in node.holders.items():
                 c = cost_of(wid)
                 if c is not None:
-                    candidates.append((c, wid, n))
+                    candidates.append((c, n))
                     reachable += n
             if reachable < gpus:
                 continue
             candidates.sort()
-            taken: list[str] = []
+            taken = 0
             got = free
             worst = None
-            for c, wid, n in candidates:
-                taken.append(wid)
+            for c, n in candidates:
+                taken += 1
                 got += n
                 worst = c
                 if got >= gpus:
                     break
-            rank = (worst, len(taken), node.index)
+            rank = (worst, taken, node.index)
             if best is None or rank < best[0]:
-                best = (rank, node, taken)
+                best = (rank, node, [c[-1] for c, _ in candidates[:taken]])
         if best is None:
             return None
         return [best[1]], [workloads[w] for w in best[2]]
 
     need = gpus // gpn
+    open_nodes = pool.open_nodes(gpn)
+    if len(open_nodes) < need:
+        return None
     node_costs: list[tuple[tuple, int]] = []
-    for node in pool.nodes:
-        if node.state != "healthy":
-            continue
+    for node in open_nodes:
         if node.free == node.gpus:
             node_costs.append((_FREE, node.index))
             continue
         worst: tuple | None = _FREE
-        for wid in set(node.slots):
-            if wid is None:
-                continue
+        for wid in node.holders:
             c = cost_of(wid)
             if c is None:
                 worst = None
@@ -121,7 +115,7 @@ def find_victims(
         _, rack = min(racks)
         chosen = [i for _, i in by_rack[rack][:need]]
     nodes = [pool.nodes[i] for i in sorted(chosen)]
-    victims = sorted({wid for n in nodes for wid in n.slots if wid is not None})
+    victims = sorted({wid for n in nodes for wid in n.holders})
     return nodes, [workloads[w] for w in victims]
 
 

@@ -61,6 +61,14 @@ def _fit_limit(pool: Pool) -> int:
     return pool.max_free_on_a_node()
 
 
+def _open_limit(pool: Pool) -> int:
+    """Largest request a preemption could possibly make room for (protected work stays)."""
+    whole = len(pool.open[pool.gpus_per_node])
+    if whole > 1:
+        return whole * pool.gpus_per_node
+    return pool.max_open_on_a_node()
+
+
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.Event]:
     out: list[ev.Event] = []
     gpu_type = pool.gpu_type
@@ -81,27 +89,32 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         q = state.queues.get((gpu_type, leaf, "a"))
         if q is None or not q.count or tree.nodes[leaf].fraction <= 0:
             continue
-        eligible: dict[str, tuple[str, str]] | None = None  # victim leaf -> (my subtree, theirs)
+        min_gpus = q.min_gpus()
+        if min_gpus > _fit_limit(pool) and min_gpus > _open_limit(pool):
+            continue  # nothing of this leaf can start, even by preempting
+        # victim leaf -> (requester's subtree, victim's subtree) where their paths part
+        victims_of: dict[str, tuple[str, str]] = {}
+        for other in tree.leaves:
+            split = tree.divergence(leaf, other)
+            if split is not None and ratios[split[0]] + hysteresis < ratios[split[1]]:
+                victims_of[other] = split
+        reachable_gpus = (state.unallocated_gpus[gpu_type]
+                          + sum(unprotected.get(v, 0) for v in victims_of))
         preempt_fail = math.inf
 
-        def eligible_leaves() -> dict[str, tuple[str, str]]:
-            nonlocal eligible
-            if eligible is None:
-                eligible = {}
-                for other in tree.leaves:
-                    split = view.divergence(leaf, other)
-                    if split is not None and ratios[split[0]] + hysteresis < ratios[split[1]]:
-                        eligible[other] = split
-            return eligible
-
-        def reachable_gpus() -> int:
-            if not unprotected and not state.unallocated_gpus[gpu_type]:
-                return pool.free_gpus
-            return (pool.free_gpus + state.unallocated_gpus[gpu_type]
-                    + sum(unprotected.get(v, 0) for v in eligible_leaves()))
-
         def limit() -> float:
-            return max(_fit_limit(pool), min(preempt_fail - 1, reachable_gpus())) + 1
+            cap = min(preempt_fail - 1, _open_limit(pool), pool.free_gpus + reachable_gpus)
+            return max(_fit_limit(pool), cap) + 1
+
+        def may_preempt(v: Workload) -> bool:
+            if not v.allocated:
+                return True
+            return v.leaf in victims_of and not v.is_protected(now_s)
+
+        def cost(v: Workload) -> tuple:
+            if not v.allocated:
+                return (0, 0.0, lost_gpu_s(v, now_s), v.id)
+            return (1, -ratios[victims_of[v.leaf][1]], lost_gpu_s(v, now_s), v.id)
 
         for key, gpus in walk([q], limit):
             w = state.workloads[key[2]]
@@ -109,24 +122,16 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
             if nodes is not None:
                 start(w, nodes)
                 continue
-            victims_of = eligible_leaves()
-
-            def may_preempt(v: Workload) -> bool:
-                if not v.allocated:
-                    return True
-                return v.leaf in victims_of and not v.is_protected(now_s)
-
-            def cost(v: Workload) -> tuple:
-                if not v.allocated:
-                    return (0, 0.0, lost_gpu_s(v, now_s), v.id)
-                return (1, -ratios[victims_of[v.leaf][1]], lost_gpu_s(v, now_s), v.id)
-
             plan = find_victims(state, pool, gpus, may_preempt, cost)
             if plan is None:
                 preempt_fail = gpus
                 continue
             nodes, victims = plan
             for v in victims:
+                if not v.allocated:
+                    reachable_gpus -= v.gpus
+                elif v.leaf in victims_of:
+                    reachable_gpus -= v.gpus
                 for e in state.preempted(v, now_s, _reason(v, w, victims_of, ratios, hysteresis)):
                     state.apply(e)
                     out.append(e)

@@ -246,6 +246,7 @@ class SchedulerState:
                 w = self.workloads[e.workload_id]
                 if w.state == RUNNING and w.protected_until_s is not None:
                     w.protected_until_s = None
+                    self._block(w, -1)
                     u = self.unprotected_gpus[w.gpu_type]
                     u[w.leaf] = u.get(w.leaf, 0) + w.gpus
             case ev.WorkloadPreempted():
@@ -316,6 +317,7 @@ class SchedulerState:
                 if node.slots[g] is not None:
                     raise AssertionError(f"{node.name} GPU {g} is held by {node.slots[g]}; cannot give it to {w.id}")
                 node.slots[g] = w.id
+            node.holders[w.id] = node.holders.get(w.id, 0) + len(part.gpu_ids)
             old = node.free
             node.free -= len(part.gpu_ids)
             pool._rebucket(node, old)
@@ -332,6 +334,7 @@ class SchedulerState:
         if w.non_preemptible:
             n = self.nonpreemptible_gpus[w.gpu_type]
             n[w.leaf] = n.get(w.leaf, 0) + w.gpus
+            self._block(w, +1)
         w.protected_until_s = e.protected_until_ms / 1000 if e.protected_until_ms is not None else None
         if w.protected_until_s is not None and w.protected_until_s == int(w.protected_until_s):
             w.protected_until_s = int(w.protected_until_s)
@@ -345,11 +348,20 @@ class SchedulerState:
             u[w.leaf] = u.get(w.leaf, 0) + w.gpus
         else:
             heapq.heappush(self._protection, (w.protected_until_s, w.id, w.attempt))
+            self._block(w, +1)
+
+    def _block(self, w: Workload, sign: int) -> None:
+        """Mark ``w``'s GPUs as (un)preemptable for every request (see Pool.open)."""
+        pool = self.cluster.pools[w.gpu_type]
+        for node, ids in w.placement:
+            pool.block(node, sign * len(ids))
 
     def _stop(self, w: Workload, now_s: float) -> None:
         if w.state != RUNNING:
             raise ValueError(f"{w.id} is {w.state}, not running")
         pool = self.cluster.pool(w.gpu_type)
+        if w.non_preemptible or (w.allocated and w.protected_until_s is not None):
+            self._block(w, -1)
         for node, ids in w.placement:
             pool.release(node, ids, w.id)
         w.placement = []

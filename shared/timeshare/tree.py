@@ -58,6 +58,21 @@ class AllocationTree:
         self.roots = sorted(p for p, n in nodes.items() if n.parent is None)
         self.leaves = sorted(p for p, n in nodes.items() if n.is_leaf)
         self.max_depth = max((n.depth for n in nodes.values()), default=0)
+        self.paths = {leaf: ancestors(leaf) for leaf in self.leaves}
+        self._divergence: dict[tuple[str, str], tuple[str, str] | None] = {}
+
+    def divergence(self, leaf_a: str, leaf_b: str) -> tuple[str, str] | None:
+        """The two sibling subtrees where the paths of two leaves part (None for the same leaf)."""
+        key = (leaf_a, leaf_b)
+        found = self._divergence.get(key, False)
+        if found is False:
+            found = None
+            for a, b in zip(self.paths[leaf_a], self.paths[leaf_b]):
+                if a != b:
+                    found = (a, b)
+                    break
+            self._divergence[key] = found
+        return found
 
     @classmethod
     def from_shares(cls, shares: dict[str, float]) -> "AllocationTree":

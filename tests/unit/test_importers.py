@@ -224,6 +224,14 @@ def test_helios_epoch_times_and_start_end_without_duration(tmp_path):
     assert {r["gpu_type"] for r in records} == {"P100"}
 
 
+def test_helios_duration_wins_over_start_end(tmp_path):
+    # duration is the logged execution time; end - start is only the fallback when it is empty
+    log = write(tmp_path / "c.csv", "job_id,vc,gpu_num,submit_time,start_time,end_time,duration\n"
+                "1,vc1,1,100,100,400,250\n2,vc1,1,100,100,400,\n")
+    records, _ = import_helios([log])
+    assert [r["work_s"] for r in records] == [250, 300]
+
+
 def test_helios_malformed_rows(tmp_path):
     header = HELIOS_LOG.read_text().splitlines()[0]
     good = HELIOS_LOG.read_text().splitlines()[1]
@@ -244,7 +252,7 @@ def test_helios_malformed_rows(tmp_path):
 def test_helios_duplicate_ids_across_files(tmp_path):
     a = write(tmp_path / "x" / "cluster_log.csv", HELIOS_LOG.read_text())
     b = write(tmp_path / "y" / "x.csv", HELIOS_LOG.read_text())  # same cluster name "x" -> same ids
-    with pytest.raises(RowError, match="duplicate id 'x-1425511' already used at .*cluster_log.csv:2"):
+    with pytest.raises(RowError, match=r"y/x.csv:2: duplicate id: 'x-1425511' already used at .*x/cluster_log.csv:2"):
         import_helios([a, b])
     records, report = import_helios([a, b], strict=False)
     assert report.dropped["malformed: duplicate id"] == report.kept == len(records)
@@ -354,6 +362,7 @@ def test_pai_sample_mapping_and_counts():
         else:
             assert "user" not in r and r["project"] == "pai/unknown"
     assert by_id["d3b7c5a1e9f2048c6b1a3e5d-worker"]["gpus"] == 16  # 2 instances x 800%
+    assert by_id["7c1d0e2f3a4b5c6d7e8f9a0b-worker"]["gpus"] == 2  # 2 instances x 50%: a GPU each
     assert report.adjusted["fractional GPU rounded up to whole GPUs"] == sum(
         1 for t in tasks if t["gpu"] and t["end"] and float(t["gpu"]) % 100) > 0
     assert report.adjusted["no job row: no user, project <prefix>/unknown"] == 1
@@ -362,8 +371,10 @@ def test_pai_sample_mapping_and_counts():
 
 def test_pai_options_header_and_malformed(tmp_path):
     records, report = import_pai([PAI_TASKS], [PAI_JOBS], drop_states=["failed"], fractional="drop")
-    assert report.dropped["status Failed not kept"] == 1
-    assert report.dropped["fractional GPU (plan_gpu not a multiple of 100)"] == 2
+    usable = [t for t in pai_tasks() if t["gpu"] and t["end"]]
+    assert report.dropped["status Failed not kept"] == sum(t["status"] == "Failed" for t in usable) > 0
+    assert report.dropped["fractional GPU (plan_gpu not a multiple of 100)"] == sum(
+        float(t["gpu"]) % 100 != 0 and t["status"] != "Failed" for t in usable) > 0
     assert all(float(r["gpus"]).is_integer() for r in records)
 
     header = "job_name,task_name,inst_num,status,start_time,end_time,plan_cpu,plan_mem,plan_gpu,gpu_type\n"
@@ -412,12 +423,16 @@ def test_events_keep_original_submissions_only():
 
 
 def test_events_rules_override_only_when_set_and_cluster_filter():
-    records, _ = import_events([EVENTS], Rules(min_runtime=MinRuntimeRule.parse("min(work,5m)"), resumable=False,
-                                                checkpoint_interval_s=0))
+    records, report = import_events([EVENTS], Rules(min_runtime=MinRuntimeRule.parse("min(work,5m)"),
+                                                     resumable=False, checkpoint_interval_s=0))
     assert all(r["min_runtime_s"] == min(r["work_s"], 300) and r["resumable"] is False for r in records)
     assert all("checkpoint_interval_s" not in r for r in records)
+    assert "except min_runtime=min(work,5m)" in report.rules
     records, report = import_events([EVENTS], cluster="saturn")
-    assert [r["id"] for r in records] == ["w-4"] and report.dropped["other cluster"] == 3
+    assert report.rules == "as logged"
+    submitted = [e for e in event_lines() if e["type"] == "workload.submitted"]
+    assert [r["id"] for r in records] == [e["workload"]["id"] for e in submitted if e["cluster"] == "saturn"]
+    assert report.dropped["other cluster"] == sum(e["cluster"] != "saturn" for e in submitted) > 0
 
 
 def test_events_malformed_lines(tmp_path):

@@ -36,6 +36,7 @@ def import_events(paths, rules: Rules | None = None, strict: bool = True,
                   cluster: str | None = None) -> ImportResult:
     rules = rules or Rules()
     out = Collector(SOURCE, rules, strict)
+    out.report.rules = _describe_overrides(rules)
     for path in map(Path, paths):
         file = str(path)
         with open(path, encoding="utf-8") as fh:
@@ -84,3 +85,16 @@ def _record(workload: dict, at_ms: int, rules: Rules) -> dict:
         merged["project"] = rules.project
     # Canonical key order; absent optional fields (None) are left out as in a trace file.
     return {k: merged[k] for k in (*TRACE_KEYS, *EXTRA_KEYS) if merged.get(k) is not None}
+
+
+def _describe_overrides(rules: Rules) -> str:
+    """The report line: the logged contract is kept unless a rule was set."""
+    set_ = []
+    if rules.min_runtime is not None:
+        set_.append(f"min_runtime={rules.min_runtime.text} capped at {rules.max_min_runtime_s}s")
+    if rules.resumable is not None:
+        set_.append(f"resumable={str(rules.resumable).lower()}")
+    if rules.checkpoint_interval_s is not None:
+        set_.append(f"checkpoint_interval={rules.checkpoint_interval_s or 'none'}")
+    set_ += [f"{k}={v}" for k, v in (("gpu_type", rules.gpu_type), ("project", rules.project)) if v]
+    return "as logged" + (f", except {', '.join(set_)}" if set_ else "")
