@@ -73,6 +73,10 @@ class Pool:
         # work: the most a preemption could free there (victim search looks only at these)
         self.open: list[set[int]] = [set() for _ in range(spec.gpus_per_node + 1)]
         self.open[spec.gpus_per_node].update(range(spec.nodes))
+        # change stamps: a victim search that failed need only look again at nodes that
+        # changed since (see scheduler's memo)
+        self.change_seq = 0
+        self.changed_at = [0] * spec.nodes
 
     # -- validation -------------------------------------------------------------------------
     def check_request(self, gpus: int) -> None:
@@ -91,7 +95,17 @@ class Pool:
     def schedulable(self, node: Node) -> bool:
         return node.state == NODE_HEALTHY
 
+    def touch(self, node: Node) -> None:
+        self.change_seq += 1
+        self.changed_at[node.index] = self.change_seq
+
+    def changed_since(self, seq: int) -> list[Node]:
+        at = self.changed_at
+        return [self.nodes[i] for i in range(len(at)) if at[i] > seq]
+
     def _rebucket(self, node: Node, old_free: int) -> None:
+        self.change_seq += 1
+        self.changed_at[node.index] = self.change_seq
         if node.state != NODE_HEALTHY:
             return
         self.buckets[old_free].discard(node.index)
@@ -99,6 +113,7 @@ class Pool:
         self.free_gpus += node.free - old_free
 
     def set_state(self, node: Node, state: str) -> None:
+        self.touch(node)
         if node.state == NODE_HEALTHY and state != NODE_HEALTHY:
             self.buckets[node.free].discard(node.index)
             self.open[node.gpus - node.blocked].discard(node.index)
@@ -111,6 +126,7 @@ class Pool:
 
     def block(self, node: Node, delta_gpus: int) -> None:
         """Protected work on ``node`` grew (or shrank, if negative) by ``delta_gpus``."""
+        self.touch(node)
         if node.state == NODE_HEALTHY:
             self.open[node.gpus - node.blocked].discard(node.index)
             self.open[node.gpus - node.blocked - delta_gpus].add(node.index)
@@ -122,13 +138,29 @@ class Pool:
                 return c
         return 0
 
-    def open_nodes(self, at_least: int) -> list[Node]:
+    def open_nodes(self, at_least: int, exclude: frozenset[int] = frozenset()) -> list[Node]:
         """Schedulable nodes where a preemption could free ``at_least`` GPUs, by index."""
         idx: list[int] = []
         for c in range(at_least, self.gpus_per_node + 1):
             idx.extend(self.open[c])
+        if exclude:
+            idx = [i for i in idx if i not in exclude]
         idx.sort()
         return [self.nodes[i] for i in idx]
+
+    def fit_limit(self) -> int:
+        """Largest request that fits on free GPUs right now."""
+        whole = len(self.buckets[self.gpus_per_node])
+        if whole > 1:
+            return whole * self.gpus_per_node
+        return self.max_free_on_a_node()
+
+    def open_limit(self) -> int:
+        """Largest request a preemption could possibly make room for (protected work stays)."""
+        whole = len(self.open[self.gpus_per_node])
+        if whole > 1:
+            return whole * self.gpus_per_node
+        return self.max_open_on_a_node()
 
     def whole_free_nodes(self) -> int:
         return len(self.buckets[self.gpus_per_node])
@@ -145,16 +177,23 @@ class Pool:
             return self.max_free_on_a_node() >= gpus
         return self.whole_free_nodes() * gpn >= gpus
 
-    def find_free(self, gpus: int) -> list[Node] | None:
-        """Nodes to place ``gpus`` on using free GPUs only, or None."""
+    def find_free(self, gpus: int, exclude: frozenset[int] = frozenset()) -> list[Node] | None:
+        """Nodes to place ``gpus`` on using free GPUs only (never ``exclude``), or None."""
         gpn = self.gpus_per_node
         if gpus <= gpn:
             for f in range(gpus, gpn + 1):
                 bucket = self.buckets[f]
                 if bucket:
-                    return [self.nodes[min(bucket)]]
+                    if not exclude:
+                        return [self.nodes[min(bucket)]]
+                    allowed = [i for i in bucket if i not in exclude]
+                    if allowed:
+                        return [self.nodes[min(allowed)]]
             return None
-        return self.pick_whole_nodes(sorted(self.buckets[gpn]), gpus // gpn)
+        whole = self.buckets[gpn]
+        if exclude:
+            whole = [i for i in whole if i not in exclude]
+        return self.pick_whole_nodes(sorted(whole), gpus // gpn)
 
     def pick_whole_nodes(self, candidates: list[int], count: int) -> list[Node] | None:
         """``count`` of the candidate node indices, one rack if possible (see module doc)."""

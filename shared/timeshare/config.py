@@ -10,10 +10,14 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     lookback_window_s: int = 7 * 86400
     #: the cap on a workload's declared minimum runtime (Ai2 chose 8 h)
     max_min_runtime_s: int = 8 * 3600
-    #: a pending workload preempts allocated work only when its subtree's ratio is lower than
-    #: the victim's by more than this (ratio units; 0.05 = 5% of a full share), so two teams
-    #: near parity do not take GPUs back and forth
+    #: a pending workload preempts allocated work only when, where their paths part, the
+    #: victim's subtree runs above its due share and above the requester's fill (counting the
+    #: request) by more than this (0.05 = 5% of a due share), so two teams near parity do not
+    #: take GPUs back and forth
     preemption_hysteresis: float = 0.05
+    #: how strongly the window's memory moves the share due now: due = share x (1 + catch_up x
+    #: (1 - usage ratio)); 0 orders by the instantaneous share alone
+    catch_up: float = 1.0
     #: simulator: after a non-resumable workload is preempted, its user resubmits it after this
     resubmit_delay_s: int = 600
     #: baseline: a drain that cannot finish within this needs a human (defaults to the cap)
@@ -26,4 +30,6 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ValueError("max_min_runtime must not be negative")
         if self.preemption_hysteresis < 0:
             raise ValueError("preemption_hysteresis must not be negative")
+        if self.catch_up < 0:
+            raise ValueError("catch_up must not be negative")
         return self

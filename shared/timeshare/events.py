@@ -39,6 +39,11 @@ class PreemptionReason(msgspec.Struct, frozen=True, kw_only=True):
     victim_subtree: str | None = None
     preemptor_ratio: float | None = None
     victim_ratio: float | None = None
+    #: running allocated GPUs / GPUs due now (the preemptor's counts the request)
+    preemptor_fill: float | None = None
+    victim_fill: float | None = None
+    victim_running_gpus: int | None = None
+    victim_due_gpus: float | None = None
     hysteresis: float | None = None
     node: str | None = None
     message: str = ""

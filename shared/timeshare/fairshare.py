@@ -1,13 +1,29 @@
-"""Hierarchical fair share (Slurm Fair Tree style) over the rolling window.
+"""Hierarchical fair share over the rolling window, Fair-Tree style, with a due share now.
 
-At every level siblings are ranked by their *usage ratio*::
+Two numbers per tree node and GPU type:
 
-    ratio = allocated GPU-s in the window / (fraction x pool GPUs x window)
+* the **usage ratio** (what users see, what the window remembers)::
 
-(lower = more deserving; 1.0 means "used exactly its share"). The order is depth-first: every
-pending workload of a more deserving subtree precedes those of a less deserving one. Inside a
-leaf, priority (urgent first), then submit time, then id. Ties between siblings with equal
-ratios break by path, so the order never depends on dict or set order.
+      ratio = allocated GPU-s in the window / (fraction x pool GPUs x window)
+
+  (until a whole window has been recorded, "window" is the time recorded so far); 1.0 means "used exactly its share over the window"; lower = more deserving;
+
+* the **fill** (what orders the queue now)::
+
+      due GPUs = fraction x pool GPUs x max(0, 1 + catch_up x (1 - ratio))
+      fill     = allocated GPUs running now / due GPUs
+
+  A subtree that under-used its share over the window is due *more* than its share now
+  (ratio 0.7 -> 130% of its share with catch_up 1: "it feels like 30% more compute"), one
+  that over-used is due less, so over the window every busy subtree converges to its share,
+  and hour by hour delivery tracks what it is owed instead of swinging between all and
+  nothing (ordering by the window ratio alone lets the most deserving team take every free
+  GPU for hours before its 7-day ratio moves).
+
+Siblings are ranked by (fill, ratio, path), lowest first, at every level; the order is
+depth-first, so every pending workload of a more deserving subtree precedes those of a less
+deserving one. Inside a leaf: priority (urgent first), then submit time, then id. A subtree
+with no due share (fraction 0) runs only unallocated work.
 """
 
 from __future__ import annotations
@@ -17,57 +33,96 @@ import math
 from .tree import AllocationTree
 from .window import UsageLedger
 
-INFINITE_RATIO = math.inf
+INFINITE = math.inf
 
 
 class FairShareView:
-    """Usage ratios of every tree node for one GPU type at one instant (immutable snapshot)."""
+    """Ratios, due GPUs and fills of every tree node for one GPU type at one instant.
 
-    def __init__(self, tree: AllocationTree, ledger: UsageLedger, gpu_type: str, pool_gpus: int, now_s: int):
+    A scheduling pass charges the work it starts or stops (:meth:`charge`) so that later
+    choices in the same pass see the new fills."""
+
+    def __init__(self, tree: AllocationTree, ledger: UsageLedger, gpu_type: str, pool_gpus: int, now_s: float,
+                 catch_up: float = 1.0):
         self.tree = tree
         self.gpu_type = gpu_type
         self.now_s = now_s
-        entitled_gpu_s = pool_gpus * ledger.window_s
+        entitled_gpu_s = pool_gpus * ledger.covered_s(now_s)
         ratios: dict[str, float] = {}
+        due: dict[str, float] = {}
+        running: dict[str, int] = {}
         usage: dict[str, int] = {}
         for path, node in tree.nodes.items():
             used = ledger.usage_gpu_s(path, gpu_type, True, now_s)
             usage[path] = used
             denominator = node.fraction * entitled_gpu_s
-            ratios[path] = used / denominator if denominator > 0 else INFINITE_RATIO
+            ratio = used / denominator if denominator > 0 else INFINITE
+            ratios[path] = ratio
+            due[path] = node.fraction * pool_gpus * max(0.0, 1.0 + catch_up * (1.0 - ratio)) if denominator > 0 else 0.0
+            running[path] = ledger.running_gpus(path, gpu_type, True)
         self.ratios = ratios
+        self.due_gpus = due
+        self.running_gpus = running
         self.usage_gpu_s = usage
-        self._leaf_order: list[str] | None = None
         self._paths = tree.paths
 
-    def ratio(self, path: str) -> float:
-        return self.ratios[path]
+    def fill(self, path: str, extra_gpus: int = 0) -> float:
+        due = self.due_gpus[path]
+        running = self.running_gpus[path] + extra_gpus
+        if due > 0:
+            return running / due
+        return INFINITE
+
+    def key(self, path: str) -> tuple[float, float, str]:
+        return (self.fill(path), self.ratios[path], path)
+
+    def charge(self, leaf: str, delta_gpus: int) -> None:
+        """Record allocated GPUs started (or stopped, negative) for ``leaf`` during a pass."""
+        for path in self._paths[leaf]:
+            self.running_gpus[path] += delta_gpus
 
     def leaf_order(self) -> list[str]:
         """Leaves, most deserving first, ranked depth-first level by level."""
-        if self._leaf_order is None:
-            out: list[str] = []
-            nodes = self.tree.nodes
+        out: list[str] = []
+        nodes = self.tree.nodes
 
-            def visit(siblings: list[str]) -> None:
-                for path in sorted(siblings, key=lambda p: (self.ratios[p], p)):
-                    children = nodes[path].children
-                    if children:
-                        visit(children)
-                    else:
-                        out.append(path)
+        def visit(siblings: list[str]) -> None:
+            for path in sorted(siblings, key=self.key):
+                children = nodes[path].children
+                if children:
+                    visit(children)
+                else:
+                    out.append(path)
 
-            visit(self.tree.roots)
-            self._leaf_order = out
-        return self._leaf_order
+        visit(self.tree.roots)
+        return out
 
-    def ordering_key(self, leaf: str) -> tuple:
-        """The key users are shown: (ratio, name) per level from the top, then the leaf's rank."""
-        key: list = []
-        for path in self._paths[leaf]:
-            key.append(round(self.ratios[path], 6))
-            key.append(path)
-        return tuple(key)
+    def pick(self, active: dict[str, int]) -> str | None:
+        """The most deserving leaf among those with ``active[path] > 0`` leaves beneath."""
+        nodes = self.tree.nodes
+        siblings = self.tree.roots
+        while True:
+            best = None
+            best_key = None
+            for path in siblings:
+                if active.get(path, 0) > 0:
+                    k = self.key(path)
+                    if best_key is None or k < best_key:
+                        best, best_key = path, k
+            if best is None:
+                return None
+            children = nodes[best].children
+            if not children:
+                return best
+            siblings = children
+
+    def ordering_key(self, leaf: str) -> list[dict]:
+        """What users are shown: per level from the top, the subtree's fill and ratio."""
+        return [
+            {"subtree": path, "fill": round(self.fill(path), 6), "ratio": round(self.ratios[path], 6),
+             "due_gpus": round(self.due_gpus[path], 3), "running_gpus": self.running_gpus[path]}
+            for path in self._paths[leaf]
+        ]
 
     def divergence(self, leaf_a: str, leaf_b: str) -> tuple[str, str] | None:
         """The two sibling subtrees where the paths of ``leaf_a`` and ``leaf_b`` part, or None."""

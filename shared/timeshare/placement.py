@@ -33,8 +33,13 @@ def find_victims(
     gpus: int,
     may_preempt: Callable[[Workload], bool],
     cost: Callable[[Workload], tuple],
+    only: list[Node] | None = None,
+    exclude: frozenset[int] = frozenset(),
 ) -> tuple[list[Node], list[Workload]] | None:
-    """Nodes for the request and the workloads to preempt first, or None when nothing works."""
+    """Nodes for the request and the workloads to preempt first, or None when nothing works.
+
+    ``only`` restricts a single-node search to these nodes (the caller knows the others
+    cannot serve the request); nodes in ``exclude`` are never used (a gang's reservation)."""
     workloads = state.workloads
     gpn = pool.gpus_per_node
     verdict: dict[str, tuple | None] = {}  # workload id -> cost, or None if not preemptible
@@ -49,7 +54,11 @@ def find_victims(
 
     if gpus <= gpn:
         best = None
-        for node in pool.open_nodes(gpus):
+        candidates_nodes = pool.open_nodes(gpus, exclude)
+        if only is not None:
+            wanted = {n.index for n in only}
+            candidates_nodes = [n for n in candidates_nodes if n.index in wanted]
+        for node in candidates_nodes:
             free = node.free
             if free >= gpus:
                 return [node], []
@@ -80,7 +89,7 @@ def find_victims(
         return [best[1]], [workloads[w] for w in best[2]]
 
     need = gpus // gpn
-    open_nodes = pool.open_nodes(gpn)
+    open_nodes = pool.open_nodes(gpn, exclude)
     if len(open_nodes) < need:
         return None
     node_costs: list[tuple[tuple, int]] = []
@@ -117,6 +126,19 @@ def find_victims(
     nodes = [pool.nodes[i] for i in sorted(chosen)]
     victims = sorted({wid for n in nodes for wid in n.holders})
     return nodes, [workloads[w] for w in victims]
+
+
+def preemptible_nodes(pool: Pool, nodes: list[Node], may_preempt: Callable[[Workload], bool],
+                      workloads: dict[str, Workload]) -> set[int]:
+    """Indices of the given nodes that a whole-node gang could take (all work preemptible)."""
+    full = pool.gpus_per_node
+    out = set()
+    for node in nodes:
+        if node.state != "healthy" or node.blocked or node.gpus != full:
+            continue
+        if all(may_preempt(workloads[wid]) for wid in node.holders):
+            out.add(node.index)
+    return out
 
 
 def lost_gpu_s(w: Workload, now_s: float) -> float:

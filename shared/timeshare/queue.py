@@ -7,7 +7,7 @@ touches the few that can still be placed.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 
 Key = tuple  # (-priority rank, submit_s, workload id)
 
@@ -49,28 +49,26 @@ def walk(queues: list[LeafQueue], limit):
     """Yield ``(key, gpus)`` of several queues merged in key order, among sizes below ``limit()``.
 
     ``limit`` is re-read after every item, so a caller that learns a size cannot be placed
-    lowers it and larger groups drop out. The caller may remove the entry just yielded; it
-    must not add entries during the walk.
+    lowers it and larger groups drop out. Entries may be removed or added during the walk:
+    each group resumes after the last key it yielded, so nothing is yielded twice (an entry
+    added behind that point waits for the next pass).
     """
     groups = [(g, keys) for q in queues for g, keys in q.by_size.items()]
-    cursors = [0] * len(groups)
+    last: list = [None] * len(groups)
     while True:
         bound = limit()
         best = None
         best_i = -1
         for i, (g, keys) in enumerate(groups):
-            if g >= bound:
+            if g >= bound or not keys:
                 continue
-            c = cursors[i]
+            after = last[i]
+            c = 0 if after is None else bisect_right(keys, after)
             if c < len(keys):
                 k = keys[c]
                 if best is None or k < best:
                     best, best_i = k, i
         if best is None:
             return
-        g, keys = groups[best_i]
-        yield best, g
-        # if the caller removed the entry, the next one slid into the same index
-        c = cursors[best_i]
-        if c < len(keys) and keys[c] == best:
-            cursors[best_i] = c + 1
+        last[best_i] = best
+        yield best, groups[best_i][0]

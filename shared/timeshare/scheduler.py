@@ -23,8 +23,9 @@ import math
 from . import events as ev
 from .cluster import Pool
 from .fairshare import FairShareView
-from .placement import find_victims, lost_gpu_s
+from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import walk
+from .reservation import plan_reservation
 from .state import SchedulerState, Workload
 
 
@@ -53,94 +54,138 @@ class BudgetPolicy:
         return drain_blocked_until_s(w, now_s)
 
 
-def _fit_limit(pool: Pool) -> int:
-    """Largest request that fits on free GPUs right now."""
-    whole = pool.whole_free_nodes()
-    if whole > 1:
-        return whole * pool.gpus_per_node
-    return pool.max_free_on_a_node()
+class _LeafTurn:
+    """A leaf's progress through its queue during one pass."""
 
+    __slots__ = ("leaf", "walker", "preempt_fail", "memo", "gang_memo", "changed")
 
-def _open_limit(pool: Pool) -> int:
-    """Largest request a preemption could possibly make room for (protected work stays)."""
-    whole = len(pool.open[pool.gpus_per_node])
-    if whole > 1:
-        return whole * pool.gpus_per_node
-    return pool.max_open_on_a_node()
+    def __init__(self, leaf: str):
+        self.leaf = leaf
+        self.walker = None
+        self.preempt_fail = math.inf
+        self.memo = None
+        self.gang_memo = None
+        self.changed = None
 
 
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.Event]:
     out: list[ev.Event] = []
     gpu_type = pool.gpu_type
     tree = state.tree
-    view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s)
-    ratios = view.ratios
-    hysteresis = state.config.preemption_hysteresis
+    config = state.config
+    view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s, config.catch_up)
+    hysteresis = config.preemption_hysteresis
     unprotected = state.unprotected_gpus[gpu_type]
-    leaves = view.leaf_order()
+    gpn = pool.gpus_per_node
+    workloads = state.workloads
 
     def start(w: Workload, nodes) -> None:
         e = state.started(w, nodes, now_s)
         state.apply(e)
         out.append(e)
+        if e.allocated:
+            view.charge(w.leaf, w.gpus)
 
-    # -- phase 3: allocated requests, may preempt -----------------------------------------
-    for leaf in leaves:
+    def victims_for(leaf: str, gpus: int) -> dict[str, tuple[str, str]]:
+        """Leaves whose work past its minimum runtime ``leaf`` may preempt for ``gpus`` GPUs.
+
+        Where their paths part (subtrees a and b), b must run above its due share by more
+        than the hysteresis, and either a stays below b even counting the request (so the
+        victim could never take the GPUs straight back), or a runs below its due share and
+        the request fits within that share (so a gang as large as a team's share is not
+        starved by the team's own small work)."""
+        out_: dict[str, tuple[str, str]] = {}
+        fill = view.fill
+        due = view.due_gpus
+        for other, a, b in tree.splits[leaf]:
+            fb = fill(b)
+            if fb > 1.0 + hysteresis and (fill(a, gpus) + hysteresis < fb
+                                          or (fill(a) < 1.0 and gpus <= due[a] and fill(a) + hysteresis < fb)):
+                out_[other] = (a, b)
+        return out_
+
+    # -- phase 3: allocated requests in fair-share order, may preempt ----------------------
+    active: dict[str, int] = {}
+    turns: dict[str, _LeafTurn] = {}
+    fit_limit = pool.fit_limit()
+    open_limit = pool.open_limit()
+    reservation = plan_reservation(state, pool, view, now_s, victims_for)
+
+    def excluded_for(w: Workload) -> frozenset[int]:
+        """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
+        if reservation is None or w.id == reservation.workload_id \
+                or now_s + w.spec.min_runtime_s <= reservation.until_s:
+            return frozenset()
+        return reservation.nodes
+
+    for leaf in tree.leaves:
         q = state.queues.get((gpu_type, leaf, "a"))
         if q is None or not q.count or tree.nodes[leaf].fraction <= 0:
             continue
         min_gpus = q.min_gpus()
-        if min_gpus > _fit_limit(pool) and min_gpus > _open_limit(pool):
+        if min_gpus > fit_limit and min_gpus > open_limit:
             continue  # nothing of this leaf can start, even by preempting
-        # victim leaf -> (requester's subtree, victim's subtree) where their paths part
-        victims_of: dict[str, tuple[str, str]] = {}
-        for other in tree.leaves:
-            split = tree.divergence(leaf, other)
-            if split is not None and ratios[split[0]] + hysteresis < ratios[split[1]]:
-                victims_of[other] = split
-        reachable_gpus = (state.unallocated_gpus[gpu_type]
-                          + sum(unprotected.get(v, 0) for v in victims_of))
-        preempt_fail = math.inf
+        if min_gpus > fit_limit and reservation is None:
+            memo = state.victim_memo.get((gpu_type, leaf))
+            if memo is not None and memo[0] == pool.change_seq and min_gpus >= memo[2] \
+                    and memo[1] == (tuple(victims_for(leaf, min_gpus)), None):
+                continue  # its smallest request failed already and nothing changed since
+        turns[leaf] = _LeafTurn(leaf)
+        for path in tree.paths[leaf]:
+            active[path] = active.get(path, 0) + 1
 
-        def limit() -> float:
-            cap = min(preempt_fail - 1, _open_limit(pool), pool.free_gpus + reachable_gpus)
-            return max(_fit_limit(pool), cap) + 1
+    def deactivate(leaf: str) -> None:
+        for path in tree.paths[leaf]:
+            active[path] -= 1
 
-        def may_preempt(v: Workload) -> bool:
-            if not v.allocated:
-                return True
-            return v.leaf in victims_of and not v.is_protected(now_s)
+    while True:
+        leaf = view.pick(active)
+        if leaf is None:
+            break
+        turn = turns[leaf]
+        if turn.walker is None:
+            q = state.queues[(gpu_type, leaf, "a")]
 
-        def cost(v: Workload) -> tuple:
-            if not v.allocated:
-                return (0, 0.0, lost_gpu_s(v, now_s), v.id)
-            return (1, -ratios[victims_of[v.leaf][1]], lost_gpu_s(v, now_s), v.id)
+            def limit(turn=turn, leaf=leaf, q=q) -> float:
+                fit = pool.fit_limit()
+                if turn.preempt_fail <= 1:
+                    return fit + 1
+                reachable = state.unallocated_gpus[gpu_type]
+                for v in victims_for(leaf, q.min_gpus() if q.count else 1):
+                    reachable += unprotected.get(v, 0)
+                return max(fit, min(turn.preempt_fail - 1, pool.open_limit(), pool.free_gpus + reachable)) + 1
 
-        for key, gpus in walk([q], limit):
-            w = state.workloads[key[2]]
-            nodes = pool.find_free(gpus)
-            if nodes is not None:
-                start(w, nodes)
-                continue
-            plan = find_victims(state, pool, gpus, may_preempt, cost)
-            if plan is None:
-                preempt_fail = gpus
-                continue
-            nodes, victims = plan
-            for v in victims:
-                if not v.allocated:
-                    reachable_gpus -= v.gpus
-                elif v.leaf in victims_of:
-                    reachable_gpus -= v.gpus
-                for e in state.preempted(v, now_s, _reason(v, w, victims_of, ratios, hysteresis)):
-                    state.apply(e)
-                    out.append(e)
+            turn.walker = walk([q], limit)
+        item = next(turn.walker, None)
+        if item is None:
+            deactivate(leaf)
+            continue
+        key, gpus = item
+        w = workloads[key[2]]
+        exclude = excluded_for(w)
+        nodes = pool.find_free(gpus, exclude)
+        if nodes is not None:
             start(w, nodes)
+            continue
+        plan = _preemption_plan(state, pool, view, w, victims_for(leaf, gpus), now_s, exclude,
+                                reservation if exclude else None)
+        if plan is None:
+            turn.preempt_fail = gpus
+            continue
+        nodes, victims, victims_of = plan
+        for v in victims:
+            reason = _reason(v, w, victims_of, view, hysteresis)
+            for e in state.preempted(v, now_s, reason):
+                state.apply(e)
+                out.append(e)
+            if v.allocated:
+                view.charge(v.leaf, -v.gpus)
+        start(w, nodes)
 
     # -- phase 4: unallocated requests, free GPUs only ------------------------------------
     if pool.free_gpus:
         queues = []
-        for leaf in leaves:
+        for leaf in view.leaf_order():
             q = state.queues.get((gpu_type, leaf, "u"))
             if q is not None and q.count:
                 queues.append(q)
@@ -152,14 +197,70 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         for q in queues:
             if not pool.free_gpus:
                 break
-            for key, gpus in walk([q], lambda: _fit_limit(pool) + 1):
+            if q.min_gpus() > pool.fit_limit():
+                continue
+            for key, gpus in walk([q], lambda: pool.fit_limit() + 1):
                 nodes = pool.find_free(gpus)
                 if nodes is not None:
                     start(state.workloads[key[2]], nodes)
     return out
 
 
-def _reason(victim: Workload, by: Workload, victims_of, ratios, hysteresis) -> ev.PreemptionReason:
+def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
+                     victims_of: dict[str, tuple[str, str]], now_s: float, exclude: frozenset[int],
+                     reservation) -> tuple | None:
+    """Victims that make room for ``w``, or None. Remembers failures per leaf: with the same
+    victims allowed (and the same reservation kept out), a failed search is redone only on
+    nodes that changed since."""
+    gpu_type = pool.gpu_type
+    gpn = pool.gpus_per_node
+    gpus = w.gpus
+    leaf = w.leaf
+    eligible_key = (tuple(victims_of), (reservation.workload_id, reservation.nodes) if reservation else None)
+
+    def may_preempt(v: Workload) -> bool:
+        if not v.allocated:
+            return True
+        return v.leaf in victims_of and not v.is_protected(now_s)
+
+    def cost(v: Workload) -> tuple:
+        if not v.allocated:
+            return (0, 0.0, lost_gpu_s(v, now_s), v.id)
+        return (1, -view.fill(victims_of[v.leaf][1]), lost_gpu_s(v, now_s), v.id)
+
+    if gpus > gpn:
+        # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
+        # nodes changed; search only when enough of them exist
+        memo = state.victim_memo.get((gpu_type, leaf, "gang"))
+        if memo is None or memo[1] != eligible_key:
+            takeable = preemptible_nodes(pool, pool.open_nodes(gpn, exclude), may_preempt, state.workloads)
+        elif memo[0] == pool.change_seq:
+            takeable = memo[2]
+        else:
+            moved = pool.changed_since(memo[0])
+            takeable = (memo[2] - {n.index for n in moved}) | preemptible_nodes(
+                pool, [n for n in moved if n.index not in exclude], may_preempt, state.workloads)
+        state.victim_memo[(gpu_type, leaf, "gang")] = (pool.change_seq, eligible_key, takeable)
+        if len(takeable) * gpn < gpus:
+            return None
+        plan = find_victims(state, pool, gpus, may_preempt, cost, exclude=exclude)
+    else:
+        memo = state.victim_memo.get((gpu_type, leaf))
+        narrowed = memo is not None and memo[1] == eligible_key and gpus >= memo[2]
+        if narrowed:
+            changed = pool.changed_since(memo[0])
+            plan = (find_victims(state, pool, gpus, may_preempt, cost, only=changed, exclude=exclude)
+                    if changed else None)
+        else:
+            plan = find_victims(state, pool, gpus, may_preempt, cost, exclude=exclude)
+        if plan is None and (not narrowed or gpus == memo[2]):
+            state.victim_memo[(gpu_type, leaf)] = (pool.change_seq, eligible_key, gpus)
+    if plan is None:
+        return None
+    return plan[0], plan[1], victims_of
+
+
+def _reason(victim: Workload, by: Workload, victims_of, view: FairShareView, hysteresis) -> ev.PreemptionReason:
     if not victim.allocated:
         return ev.PreemptionReason(
             kind="unallocated", by_workload_id=by.id, by_project=by.leaf,
@@ -167,10 +268,17 @@ def _reason(victim: Workload, by: Workload, victims_of, ratios, hysteresis) -> e
         )
     mine, theirs = victims_of[victim.leaf]
     level = mine.rsplit("/", 1)[0] if "/" in mine else ""
+    fill_mine = view.fill(mine, by.gpus)
+    fill_theirs = view.fill(theirs)
     return ev.PreemptionReason(
         kind="fair_share", by_workload_id=by.id, by_project=by.leaf, level=level,
         preemptor_subtree=mine, victim_subtree=theirs,
-        preemptor_ratio=round(ratios[mine], 6), victim_ratio=round(ratios[theirs], 6), hysteresis=hysteresis,
-        message=(f"{victim.id} was past its minimum runtime; {mine} had used {ratios[mine]:.2f} of its share "
-                 f"and {theirs} {ratios[theirs]:.2f} (more than {hysteresis:.2f} apart), so {by.id} went first"),
+        preemptor_ratio=round(view.ratios[mine], 6), victim_ratio=round(view.ratios[theirs], 6),
+        preemptor_fill=round(fill_mine, 6), victim_fill=round(fill_theirs, 6),
+        victim_running_gpus=view.running_gpus[theirs], victim_due_gpus=round(view.due_gpus[theirs], 3),
+        hysteresis=hysteresis,
+        message=(f"{victim.id} was past its minimum runtime and {theirs} ran {view.running_gpus[theirs]} GPUs, "
+                 f"{fill_theirs:.0%} of the {view.due_gpus[theirs]:.0f} it is due now (7-day usage ratio "
+                 f"{view.ratios[theirs]:.2f}); {mine} would be at {fill_mine:.0%} of its due share with "
+                 f"{by.id} (usage ratio {view.ratios[mine]:.2f}), so {by.id} went first"),
     )

@@ -104,6 +104,8 @@ class SchedulerState:
         self._protection: list[tuple[float, str, int]] = []  # (until, id, attempt)
         self._seq = 0
         self._id_prefix = id_prefix
+        #: scheduler's cache of failed victim searches (an optimisation, never a decision)
+        self.victim_memo: dict = {}
         self.last_event_ms = 0
 
     # -- ids and time ---------------------------------------------------------------------

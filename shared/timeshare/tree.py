@@ -60,6 +60,11 @@ class AllocationTree:
         self.max_depth = max((n.depth for n in nodes.values()), default=0)
         self.paths = {leaf: ancestors(leaf) for leaf in self.leaves}
         self._divergence: dict[tuple[str, str], tuple[str, str] | None] = {}
+        #: per leaf, every other leaf with the two sibling subtrees where their paths part
+        self.splits: dict[str, list[tuple[str, str, str]]] = {
+            leaf: [(other, *self.divergence(leaf, other)) for other in self.leaves if other != leaf]
+            for leaf in self.leaves
+        }
 
     def divergence(self, leaf_a: str, leaf_b: str) -> tuple[str, str] | None:
         """The two sibling subtrees where the paths of two leaves part (None for the same leaf)."""

@@ -61,12 +61,19 @@ class _Track:
 class UsageLedger:
     """Allocated / unallocated GPU-seconds per tree node (aggregated up) and GPU type."""
 
-    def __init__(self, window_s: int):
+    def __init__(self, window_s: int, origin_s: float = 0):
         if window_s <= 0:
             raise ValueError("lookback window must be positive")
         self.window_s = window_s
+        #: when records begin: until a whole window has passed, shares are measured against
+        #: the time since then (a team is not "under-used" for days before the scheduler ran)
+        self.origin_s = origin_s
         self._tracks: dict[tuple[str, str, bool], _Track] = {}
         self._paths: dict[str, list[str]] = {}
+
+    def covered_s(self, now_s: float) -> float:
+        """The part of the window that has records: min(window, now - origin), at least 1 s."""
+        return max(1.0, min(self.window_s, now_s - self.origin_s))
 
     def _track(self, path: str, gpu_type: str, allocated: bool) -> _Track:
         key = (path, gpu_type, allocated)

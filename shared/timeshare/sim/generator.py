@@ -7,6 +7,9 @@ ask for far more than their share, some for less). Each (team, class) submits as
 process, optionally with a day/night cycle (``diurnal``), GPU counts drawn from ``gpus``
 (a list, or a table of weights) and work log-uniform in ``work = [min, max]``.
 
+``max_share_multiple`` caps a team's requests at that multiple of its share of the pool
+(teams size their gangs to their budget; the smallest size stays allowed).
+
 ``min_runtime`` is ``"work"`` (the workload's own length, capped), a duration, or a range
 ``[min, max]`` (uniform, capped by the work).
 """
@@ -49,13 +52,16 @@ def _weights(value, field: str, parse=None) -> tuple[list, list[float]]:
 
 def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: PolicyConfig, duration_s: int,
              seed: int) -> list[WorkloadSpec]:
-    unknown = set(table) - {"offered_load", "team_spread", "classes", "arrival_horizon"}
+    unknown = set(table) - {"offered_load", "team_spread", "classes", "arrival_horizon", "max_share_multiple"}
     if unknown:
         raise GeneratorError(sorted(unknown)[0], "unknown generator setting")
     load = table.get("offered_load", 2.0)
     if not isinstance(load, (int, float)) or load <= 0:
         raise GeneratorError("offered_load", f"must be a positive number, got {load!r}")
     spread = float(table.get("team_spread", 0.5))
+    max_multiple = table.get("max_share_multiple")
+    if max_multiple is not None and (not isinstance(max_multiple, (int, float)) or max_multiple <= 0):
+        raise GeneratorError("max_share_multiple", f"must be a positive number, got {max_multiple!r}")
     horizon_s = parse_duration_s(table.get("arrival_horizon", duration_s))
     classes = table.get("classes")
     if not classes:
@@ -86,7 +92,6 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
         if not 0 < lo_s <= hi_s:
             raise GeneratorError(f"{where}.work", "needs 0 < min <= max")
         mean_work_s = (hi_s - lo_s) / math.log(hi_s / lo_s) if hi_s > lo_s else lo_s
-        mean_gpus = sum(g * w for g, w in zip(gpus_list, gpus_w)) / sum(gpus_w)
         class_gpu_s = load * pool.total_gpus * horizon_s * float(cls.get("load_share", 0)) / total_share
         mrt = cls.get("min_runtime", 0)
         prio_keys, prio_w = _weights(cls.get("priority", {"normal": 1}), f"{where}.priority")
@@ -101,8 +106,14 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
         weights = {t: tree.nodes[t].fraction * activity[t] for t in teams}
         total_w = sum(weights.values()) or 1.0
         for team in teams:
+            team_gpus, team_w = gpus_list, gpus_w
+            if max_multiple is not None:
+                cap = max_multiple * tree.nodes[team].fraction * pool.total_gpus
+                allowed = [(g, w) for g, w in zip(gpus_list, gpus_w) if g <= cap] or [min(zip(gpus_list, gpus_w))]
+                team_gpus, team_w = [g for g, _ in allowed], [w for _, w in allowed]
+            team_mean_gpus = sum(g * w for g, w in zip(team_gpus, team_w)) / sum(team_w)
             team_gpu_s = class_gpu_s * weights[team] / total_w
-            rate_per_s = team_gpu_s / (mean_gpus * mean_work_s) / horizon_s
+            rate_per_s = team_gpu_s / (team_mean_gpus * mean_work_s) / horizon_s
             if rate_per_s <= 0:
                 continue
             t = 0.0
@@ -115,7 +126,7 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
                 # thinning: fewer submissions at night when diurnal > 0
                 if diurnal and rng.random() * peak > 1.0 + diurnal * math.sin(2 * math.pi * (t / 86400 - 0.25)):
                     continue
-                gpus = rng.choices(gpus_list, gpus_w)[0]
+                gpus = rng.choices(team_gpus, team_w)[0]
                 work_s = int(round(math.exp(rng.uniform(math.log(lo_s), math.log(hi_s))))) if hi_s > lo_s else lo_s
                 if mrt == "work":
                     min_rt = min(work_s, policy.max_min_runtime_s)

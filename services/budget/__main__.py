@@ -1,0 +1,4 @@
+from .main import main
+from ..common.runner import run
+
+run(main)

@@ -1,0 +1,156 @@
+"""Budget: owns the allocation tree. Changes arrive as commands (NATS request/reply).
+
+A caller may change the shares of the children of any node they manage; admins may change
+any. A valid change becomes a ``budget.changed`` event (who, old, new, why) proposed to
+placement; the service answers once the event is in the log (its own projection saw it), so
+the reply means "in force". The projection (current shares + history, with the applied stream
+sequence in the same transaction) is the audit log behind ``GET /v1/allocations/history``.
+Commands are handled one at a time, so two managers never overwrite each other's change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+
+from timeshare import events as ev
+from timeshare.tree import AllocationTree, TreeError
+
+from ..common import subjects
+from ..common.auth import Caller
+from ..common.bus import Bus, decode_event, reply_json
+from ..common.cluster_config import ClusterConfig
+from ..common.settings import Settings
+from ..common.store import Changes, make_store
+
+log = logging.getLogger("timeshare.budget")
+
+
+class Budget:
+    def __init__(self, settings: Settings, config: ClusterConfig, clock, bus: Bus | None = None, store=None):
+        self.settings = settings
+        self.config = config
+        self.cluster = config.name
+        self.clock = clock
+        self.bus = bus
+        self.own_bus = bus is None
+        self.store = store or make_store(settings.database_url, "budget")
+        self.consumer = f"budget-{self.cluster}"
+        self.tree = config.tree()
+        self.last_seq = 0
+        self.lock = asyncio.Lock()
+        self.waiters: dict[str, asyncio.Future] = {}
+        self.stop_event = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        self.subs = []
+
+    async def start(self) -> "Budget":
+        if self.bus is None:
+            self.bus = await Bus.connect(self.settings, self.cluster, name="budget")
+        await self.bus.ensure_infra()
+        await self.store.open()
+        self.last_seq = await self.store.last_seq(self.consumer)
+        doc = await self.store.get("tree", "current")
+        if doc is not None:
+            self.tree = AllocationTree.from_shares(doc["shares"])
+        self.tasks.append(asyncio.create_task(self.bus.consume(
+            subjects.LOG_STREAM, self.consumer, self._on_batch, self.stop_event, start_after_seq=self.last_seq)))
+        self.subs.append(await self.bus.nc.subscribe(subjects.cmd_subject(self.cluster, "budget.set"),
+                                                     cb=self._on_set))
+        self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "budget.history"),
+                                                     cb=self._on_history))
+        return self
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        for s in self.subs:
+            await s.unsubscribe()
+        for t in self.tasks:
+            try:
+                await asyncio.wait_for(t, 3)
+            except (asyncio.TimeoutError, Exception):
+                t.cancel()
+        await self.store.close()
+        if self.own_bus:
+            await self.bus.close()
+
+    # -- projection ---------------------------------------------------------------------------
+    async def _on_batch(self, msgs) -> None:
+        changes = Changes()
+        tree = self.tree
+        seen = []
+        last = self.last_seq
+        for m in msgs:
+            seq = m.metadata.sequence.stream
+            if seq <= self.last_seq:
+                continue
+            last = seq
+            try:
+                e = decode_event(m.data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                await self.bus.dead_letter(self.consumer, m, f"undecodable event: {exc}")
+                continue
+            if not isinstance(e, ev.BudgetChanged):
+                continue
+            tree = AllocationTree.from_shares(e.new)
+            changes.put("tree", "current", {"shares": e.new})
+            changes.append("history", self.cluster, {"seq": seq, "event_id": e.event_id, "at_ms": e.at_ms,
+                                                     "by": e.by, "reason": e.reason, "old": e.old, "new": e.new})
+            seen.append(e.event_id)
+        if last > self.last_seq and await self.store.commit(self.consumer, last, changes):
+            self.last_seq = last
+            self.tree = tree
+            for eid in seen:
+                fut = self.waiters.pop(eid, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(True)
+
+    # -- commands -----------------------------------------------------------------------------
+    async def change(self, caller: Caller, shares: dict[str, float], reason: str, request_id: str) -> dict:
+        """Validate and apply a change; returns the reply body (with ``status`` on refusal)."""
+        if not shares:
+            return {"error": "no shares given", "status": 400}
+        if not reason.strip():
+            return {"error": "reason: say why (it goes into the audit log)", "status": 400}
+        async with self.lock:
+            refused = sorted(p for p in shares if not caller.may_change_share_of(p))
+            if refused:
+                managed = ", ".join(caller.manages) or "nothing"
+                return {"error": f"{caller.user} manages {managed}; may not change {', '.join(refused)} "
+                                 "(a manager changes the shares of children of nodes they manage)", "status": 403}
+            try:
+                new_tree = self.tree.with_shares({p: float(v) for p, v in shares.items()})
+            except (TreeError, TypeError, ValueError) as exc:
+                return {"error": f"invalid allocation: {exc}", "status": 400}
+            old = self.tree.shares()
+            event = ev.BudgetChanged(event_id=request_id, at_ms=self.clock.now_ms(), cluster=self.cluster,
+                                     by=caller.user, reason=reason, old=old, new=new_tree.shares())
+            fut = asyncio.get_running_loop().create_future()
+            self.waiters[event.event_id] = fut
+            try:
+                await self.bus.propose(event)
+                await asyncio.wait_for(fut, 10)
+            except asyncio.TimeoutError:
+                return {"error": "the change was sent but is not in the log yet (is placement running?)",
+                        "status": 503}
+            finally:
+                self.waiters.pop(event.event_id, None)
+            changed = {p: {"old": old.get(p), "new": new_tree.shares()[p]} for p in sorted(shares)}
+            return {"event_id": event.event_id, "changed": changed,
+                    "fractions": {p: round(n.fraction, 6) for p, n in sorted(self.tree.nodes.items())}}
+
+    async def _on_set(self, msg) -> None:
+        try:
+            body = msgspec.json.decode(msg.data)
+            reply = await self.change(Caller.from_dict(body["caller"]), body.get("shares") or {},
+                                      str(body.get("reason", "")), str(body["request_id"]))
+        except (KeyError, TypeError, msgspec.DecodeError) as exc:
+            reply = {"error": f"malformed command: {exc}", "status": 400}
+        await msg.respond(reply_json(reply))
+
+    async def _on_history(self, msg) -> None:
+        history = await self.store.journal("history", self.cluster)
+        await msg.respond(reply_json({"cluster": self.cluster, "changes": history,
+                                      "current": self.tree.shares()}))

@@ -1,0 +1,257 @@
+"""The event bus: JetStream streams/consumers from infra/nats.json, publishing, consuming.
+
+Publishing sets ``Nats-Msg-Id`` to the event id (JetStream drops a duplicate inside the
+duplicate window) and puts the trace context in the headers. Placement pipelines its log
+appends with ``Nats-Expected-Last-Subject-Sequence`` over the cluster's log subjects, so a
+deposed leader cannot write after a new one has started (fencing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Awaitable, Callable, Iterable
+
+import msgspec
+import nats
+from nats.js import api
+from nats.js.errors import BadRequestError, NotFoundError
+
+from timeshare import events as ev
+
+from . import subjects
+from .settings import ROOT, Settings
+from .telemetry import inject_context
+
+log = logging.getLogger("timeshare.bus")
+
+INFRA_FILE = ROOT / "infra" / "nats.json"
+
+
+class FenceError(RuntimeError):
+    """Another writer appended to the cluster's log: this instance is no longer the leader."""
+
+
+def infra_definitions(settings: Settings, cluster: str) -> dict:
+    values = {"cluster": cluster, "replicas": settings.replicas, "duplicate_window_s": settings.duplicate_window_s,
+              "lease_ttl_s": settings.lease_ttl_s}
+
+    def fill(v):
+        if isinstance(v, str) and v.startswith("{") and v.endswith("}") and v[1:-1] in values:
+            return values[v[1:-1]]
+        if isinstance(v, str):
+            return v.format(**values) if "{" in v else v
+        if isinstance(v, list):
+            return [fill(x) for x in v]
+        if isinstance(v, dict):
+            return {k: fill(x) for k, x in v.items()}
+        return v
+
+    return fill(json.loads(Path(INFRA_FILE).read_text()))
+
+
+class Bus:
+    def __init__(self, nc, settings: Settings, cluster: str):
+        self.nc = nc
+        self.js = nc.jetstream(timeout=10)
+        self.settings = settings
+        self.cluster = cluster
+
+    @classmethod
+    async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare") -> "Bus":
+        nc = await nats.connect(settings.nats_url.split(","), name=name, max_reconnect_attempts=-1,
+                                reconnect_time_wait=0.5)
+        return cls(nc, settings, cluster)
+
+    async def close(self) -> None:
+        try:
+            await self.nc.drain()
+        except Exception:  # already closed
+            pass
+
+    # -- infra ------------------------------------------------------------------------------
+    async def ensure_infra(self) -> None:
+        """Create (or update) streams, durable consumers and KV buckets; safe to run again."""
+        defs = infra_definitions(self.settings, self.cluster)
+        for s in defs["streams"]:
+            cfg = api.StreamConfig(
+                name=s["name"], subjects=s["subjects"], description=s.get("description"),
+                storage=api.StorageType(s["storage"]), retention=api.RetentionPolicy(s["retention"]),
+                num_replicas=int(s["num_replicas"]), duplicate_window=float(s.get("duplicate_window", 120)),
+                max_age=float(s.get("max_age", 0)) or None)
+            try:
+                await self.js.add_stream(cfg)
+            except BadRequestError:
+                await self.js.update_stream(cfg)
+        for c in defs["consumers"]:
+            await self.js.add_consumer(c["stream"], api.ConsumerConfig(
+                durable_name=c["durable_name"], filter_subject=c["filter_subject"],
+                ack_policy=api.AckPolicy(c["ack_policy"]), ack_wait=float(c["ack_wait"]),
+                max_ack_pending=int(c["max_ack_pending"]), deliver_policy=api.DeliverPolicy(c["deliver_policy"])))
+        for kv in defs["key_value"]:
+            try:
+                await self.js.key_value(kv["bucket"])
+            except (NotFoundError, Exception):
+                ttl = float(kv["ttl"]) if kv.get("ttl") is not None else None
+                await self.js.create_key_value(api.KeyValueConfig(
+                    bucket=kv["bucket"], history=int(kv["history"]), ttl=ttl, description=kv.get("description"),
+                    storage=api.StorageType(kv["storage"]), replicas=int(kv["replicas"])))
+
+    # -- publishing -------------------------------------------------------------------------
+    async def _request(self, subject: str, payload: bytes, headers: dict) -> api.PubAck:
+        msg = await self.nc.request(subject, payload, timeout=10, headers=headers)
+        resp = json.loads(msg.data)
+        if "error" in resp:
+            err = resp["error"]
+            if err.get("err_code") == 10071:  # wrong last sequence
+                raise FenceError(f"{subject}: {err.get('description')}")
+            raise RuntimeError(f"publish to {subject} failed: {err}")
+        return api.PubAck.from_response(resp)
+
+    async def publish_events(self, events: Iterable[ev.Event], subject_of: Callable[[ev.Event], str],
+                             fence_after_seq: int | None = None, fence_filter: str | None = None,
+                             extra_headers: dict | None = None) -> list[api.PubAck]:
+        """Publish in order (pipelined); with ``fence_after_seq``, each append expects its predecessor."""
+        tasks = []
+        for i, e in enumerate(events):
+            headers = {"Nats-Msg-Id": e.event_id, "Timeshare-Event-Type": ev.event_type(e)}
+            inject_context(headers)
+            if extra_headers:
+                headers.update(extra_headers)
+            if fence_after_seq is not None:
+                headers["Nats-Expected-Last-Subject-Sequence"] = str(fence_after_seq + i)
+                headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence_filter
+            # the coroutines start in order, so the messages leave in order
+            tasks.append(asyncio.ensure_future(self._request(subject_of(e), ev.encoder.encode(e), headers)))
+        if not tasks:
+            return []
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return list(results)
+
+    async def propose(self, event: ev.Event) -> api.PubAck:
+        """Send an event to placement's inbox (it validates and appends it to the log)."""
+        (ack,) = await self.publish_events(
+            [event], lambda e: subjects.inbox_subject(self.cluster, ev.event_type(e)))
+        return ack
+
+    async def dead_letter(self, consumer: str, msg, reason: str) -> None:
+        headers = {"Timeshare-Reason": reason[:1000], "Timeshare-Subject": msg.subject}
+        try:
+            md = msg.metadata
+            headers["Timeshare-Stream-Seq"] = str(md.sequence.stream)
+            headers["Nats-Msg-Id"] = f"dlq.{consumer}.{md.sequence.stream}"
+        except Exception:
+            pass
+        log.warning("dead letter from %s: %s (%s)", consumer, reason, msg.subject)
+        await self.js.publish(subjects.dlq_subject(consumer), msg.data, headers=headers)
+
+    # -- consuming --------------------------------------------------------------------------
+    async def consume(self, stream: str, durable: str, handle: Callable[[list], Awaitable[None]],
+                      stop: asyncio.Event, batch: int = 500, start_after_seq: int | None = None,
+                      idle_timeout_s: float = 0.25) -> None:
+        """Fetch batches from a durable pull consumer and hand them to ``handle``; then ack the last.
+
+        ``start_after_seq`` (the sequence the caller's store last recorded) moves the durable
+        back when its store is behind it (an in-memory store after a restart): the consumer
+        is recreated to start right after that sequence."""
+        if start_after_seq is not None:
+            await self._align_durable(stream, durable, start_after_seq)
+        sub = await self.js.pull_subscribe_bind(durable, stream)
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(batch, timeout=idle_timeout_s)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    continue
+                if not msgs:
+                    continue
+                await handle(msgs)
+                await msgs[-1].ack()  # AckAll: acks the whole batch
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+
+    async def _align_durable(self, stream: str, durable: str, after_seq: int) -> None:
+        info = await self.js.consumer_info(stream, durable)
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        if floor <= after_seq:
+            return  # the durable is at or behind the store: duplicates are skipped by sequence
+        cfg = info.config
+        await self.js.delete_consumer(stream, durable)
+        cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        cfg.opt_start_seq = after_seq + 1
+        await self.js.add_consumer(stream, cfg)
+
+    async def replay(self, stream: str, filter_subject: str, on_msg: Callable[[object], None],
+                     start_seq: int = 1) -> int:
+        """Read every stored message on ``filter_subject`` from ``start_seq``; returns the last seq seen."""
+        last = start_seq - 1
+        info = await self.js.stream_info(stream)
+        if info.state.last_seq < start_seq:
+            return last
+        cfg = api.ConsumerConfig(filter_subject=filter_subject, ack_policy=api.AckPolicy.NONE,
+                                 deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq,
+                                 inactive_threshold=30.0, mem_storage=True)
+        sub = await self.js.pull_subscribe(filter_subject, stream=stream, config=cfg)
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(2000, timeout=0.3)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    break
+                for m in msgs:
+                    on_msg(m)
+                    last = m.metadata.sequence.stream
+                if msgs and msgs[-1].metadata.num_pending == 0:
+                    break
+        finally:
+            await sub.unsubscribe()
+        return last
+
+
+async def follow(bus: Bus, stream: str, filter_subject: str, on_batch, stop: asyncio.Event,
+                 start_seq: int = 1, caught_up: asyncio.Event | None = None) -> None:
+    """Read ``filter_subject`` from ``start_seq`` and keep following it (no durable state).
+
+    ``on_batch(msgs, live)``: ``live`` is False while the stored history is being replayed."""
+    cfg = api.ConsumerConfig(filter_subject=filter_subject, ack_policy=api.AckPolicy.NONE,
+                             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq,
+                             inactive_threshold=30.0, mem_storage=True)
+    info = await bus.js.stream_info(stream)
+    live = info.state.last_seq < start_seq
+    if live and caught_up is not None:
+        caught_up.set()
+    sub = await bus.js.pull_subscribe(filter_subject, stream=stream, config=cfg)
+    try:
+        while not stop.is_set():
+            try:
+                msgs = await sub.fetch(1000, timeout=0.25)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                msgs = []
+            if msgs:
+                await on_batch(msgs, live)
+            if not live and (not msgs or msgs[-1].metadata.num_pending == 0):
+                live = True
+                if caught_up is not None:
+                    caught_up.set()
+                await on_batch([], True)
+    finally:
+        try:
+            await sub.unsubscribe()
+        except Exception:
+            pass
+
+
+def decode_event(data: bytes) -> ev.Event:
+    return ev.decoder.decode(data)
+
+
+def reply_json(obj) -> bytes:
+    return msgspec.json.encode(obj)

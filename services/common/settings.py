@@ -1,0 +1,89 @@
+"""Settings of every service, read from ``TIMESHARE_*`` environment variables (only here)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CLUSTER_FILE = str(ROOT / "infra" / "demo" / "cluster.toml")
+
+
+@dataclass
+class Settings:
+    #: NATS server URL(s), comma separated
+    nats_url: str = "nats://127.0.0.1:4222"
+    #: PostgreSQL DSN, or "memory" for the in-memory store rebuilt from the stream
+    database_url: str = "memory"
+    #: scenario/cluster file with [[pools]], [allocations] and [policy] (a simulator scenario works)
+    cluster_file: str = DEFAULT_CLUSTER_FILE
+    #: cluster name (subjects, consumers); defaults to the file's `name`
+    cluster: str = ""
+    #: "wall" (production) or "manual" (in-process driver; passes only on ticks)
+    clock: str = "wall"
+    #: stream replicas (1 on a laptop, 3 on a NATS cluster)
+    replicas: int = 1
+    #: JetStream duplicate window for Nats-Msg-Id dedup
+    duplicate_window_s: float = 120.0
+    #: gateway HTTP address
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+    #: bearer tokens: a JSON object or a path to a JSON file {token: {user, manages: [...], admin}}
+    tokens: str = ""
+    #: placement lease time-to-live; a standby takes over this long after the holder dies
+    lease_ttl_s: float = 5.0
+    #: placement runs a pass at least this often even without events (ratios move with time)
+    pass_interval_s: float = 30.0
+    #: executor kind: "simulated" (work_s x time_scale seconds) or "process" (runs spec.command)
+    executor: str = "simulated"
+    time_scale: float = 1.0
+    #: process executor: SIGTERM, then SIGKILL after this grace
+    kill_grace_s: float = 10.0
+    #: health: a node that sent heartbeats and then none for this long is unhealthy (0 = off)
+    heartbeat_timeout_s: float = 30.0
+    #: health: shell command run when a node is drained (env TIMESHARE_NODE); exit 0 = repaired
+    repair_command: str = ""
+    #: OpenTelemetry exporter: "none", "console" or "otlp" (OTEL_EXPORTER_OTLP_ENDPOINT)
+    otel: str = "none"
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":
+        env = os.environ if env is None else env
+        kwargs = {}
+        for f in fields(cls):
+            raw = env.get("TIMESHARE_" + f.name.upper())
+            if raw is None:
+                continue
+            kwargs[f.name] = f.type_cast(raw) if hasattr(f, "type_cast") else _cast(f.type, raw, f.name)
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    def env(self) -> dict[str, str]:
+        """These settings as environment variables (to start a service in a subprocess)."""
+        return {"TIMESHARE_" + f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
+
+    def token_table(self) -> dict[str, dict]:
+        raw = self.tokens.strip()
+        if not raw:
+            return {}
+        if not raw.startswith("{"):
+            raw = Path(raw).read_text()
+        table = json.loads(raw)
+        if not isinstance(table, dict):
+            raise ValueError("TIMESHARE_TOKENS: expected a JSON object {token: {user, manages, admin}}")
+        return table
+
+
+def _cast(type_name, raw: str, name: str):
+    t = type_name if isinstance(type_name, str) else type_name.__name__
+    try:
+        if t == "int":
+            return int(raw)
+        if t == "float":
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"TIMESHARE_{name.upper()}: expected a number, got {raw!r}") from None
+    return raw

@@ -1,0 +1,193 @@
+"""Service stores: PostgreSQL (asyncpg) and in-memory, behind one contract.
+
+A service keeps its state as JSON documents (``records``), append-only histories
+(``journal``) and the stream sequence each consumer applied (``offsets``). ``commit`` writes
+a batch of changes *and* the consumer's new sequence in one transaction and refuses a batch
+whose sequence is not past the recorded one, so a redelivery changes nothing. The memory
+store has the same behaviour; a service using it rebuilds by replaying the stream (its
+durable consumer is moved back to the store's sequence, see Bus.consume). One contract test
+suite (tests/integration/test_store_contract.py) runs over both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from .settings import ROOT
+
+MIGRATIONS = ROOT / "infra" / "migrations"
+
+
+@dataclass
+class Changes:
+    """What one consumer batch changes: documents to put (None deletes) and journal entries."""
+
+    puts: dict[tuple[str, str], dict | None] = field(default_factory=dict)
+    appends: list[tuple[str, str, dict]] = field(default_factory=list)
+
+    def put(self, kind: str, key: str, doc: dict | None) -> None:
+        self.puts[(kind, key)] = doc
+
+    def append(self, kind: str, key: str, doc: dict) -> None:
+        self.appends.append((kind, key, doc))
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.offsets: dict[str, int] = {}
+        self.records: dict[tuple[str, str], dict] = {}
+        self.journals: dict[tuple[str, str], list[dict]] = {}
+        self.lock = asyncio.Lock()
+
+    async def open(self) -> "MemoryStore":
+        return self
+
+    async def close(self) -> None:
+        pass
+
+    async def last_seq(self, consumer: str) -> int:
+        return self.offsets.get(consumer, 0)
+
+    async def commit(self, consumer: str, seq: int, changes: Changes) -> bool:
+        async with self.lock:
+            if seq <= self.offsets.get(consumer, 0):
+                return False
+            for key, doc in changes.puts.items():
+                if doc is None:
+                    self.records.pop(key, None)
+                else:
+                    self.records[key] = copy.deepcopy(doc)
+            for kind, key, doc in changes.appends:
+                self.journals.setdefault((kind, key), []).append(copy.deepcopy(doc))
+            self.offsets[consumer] = seq
+            return True
+
+    async def get(self, kind: str, key: str) -> dict | None:
+        doc = self.records.get((kind, key))
+        return copy.deepcopy(doc) if doc is not None else None
+
+    async def get_many(self, kind: str, keys: list[str]) -> dict[str, dict]:
+        return {k: copy.deepcopy(self.records[(kind, k)]) for k in keys if (kind, k) in self.records}
+
+    async def scan(self, kind: str, prefix: str = "") -> list[tuple[str, dict]]:
+        return sorted((k, copy.deepcopy(d)) for (kd, k), d in self.records.items() if kd == kind and k.startswith(prefix))
+
+    async def journal(self, kind: str, key: str) -> list[dict]:
+        return copy.deepcopy(self.journals.get((kind, key), []))
+
+    async def put_if_absent(self, kind: str, key: str, doc: dict) -> dict | None:
+        """Insert ``doc`` unless the key exists; returns the existing document or None."""
+        async with self.lock:
+            if (kind, key) in self.records:
+                return copy.deepcopy(self.records[(kind, key)])
+            self.records[(kind, key)] = copy.deepcopy(doc)
+            return None
+
+
+def _json_encode(v) -> str:
+    return msgspec.json.encode(v).decode()
+
+
+class PostgresStore:
+    """The same contract in PostgreSQL, in the schema named after the service."""
+
+    def __init__(self, dsn: str, schema: str, pool_size: int = 4):
+        if not schema.replace("_", "").isalnum():
+            raise ValueError(f"schema name {schema!r} must be letters, digits or _")
+        self.dsn = dsn
+        self.schema = schema
+        self.pool_size = pool_size
+        self.pool = None
+
+    async def open(self) -> "PostgresStore":
+        import asyncpg
+
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+            await conn.execute(f"SET search_path TO {self.schema}")
+            await conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version text PRIMARY KEY)")
+            done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+            for path in sorted(Path(MIGRATIONS).glob("*.sql")):
+                if path.stem not in done:
+                    async with conn.transaction():
+                        await conn.execute(path.read_text())
+                        await conn.execute("INSERT INTO schema_migrations VALUES ($1) ON CONFLICT DO NOTHING",
+                                           path.stem)
+        finally:
+            await conn.close()
+
+        async def init(conn):
+            await conn.set_type_codec("jsonb", encoder=_json_encode, decoder=msgspec.json.decode,
+                                      schema="pg_catalog")
+
+        self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size, init=init,
+                                              server_settings={"search_path": self.schema})
+        return self
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+
+    async def last_seq(self, consumer: str) -> int:
+        v = await self.pool.fetchval("SELECT stream_seq FROM offsets WHERE consumer = $1", consumer)
+        return v or 0
+
+    async def commit(self, consumer: str, seq: int, changes: Changes) -> bool:
+        async with self.pool.acquire() as conn, conn.transaction():
+            # the row lock serialises concurrent commits of one consumer
+            cur = await conn.fetchval("SELECT stream_seq FROM offsets WHERE consumer = $1 FOR UPDATE", consumer)
+            if cur is not None and seq <= cur:
+                return False
+            puts = [(k, key, doc) for (k, key), doc in changes.puts.items() if doc is not None]
+            dels = [(k, key) for (k, key), doc in changes.puts.items() if doc is None]
+            if puts:
+                await conn.executemany(
+                    "INSERT INTO records (kind, key, doc) VALUES ($1, $2, $3) "
+                    "ON CONFLICT (kind, key) DO UPDATE SET doc = EXCLUDED.doc", puts)
+            if dels:
+                await conn.executemany("DELETE FROM records WHERE kind = $1 AND key = $2", dels)
+            if changes.appends:
+                await conn.executemany("INSERT INTO journal (kind, key, doc) VALUES ($1, $2, $3)", changes.appends)
+            await conn.execute(
+                "INSERT INTO offsets (consumer, stream_seq) VALUES ($1, $2) "
+                "ON CONFLICT (consumer) DO UPDATE SET stream_seq = EXCLUDED.stream_seq", consumer, seq)
+            return True
+
+    async def get(self, kind: str, key: str) -> dict | None:
+        return await self.pool.fetchval("SELECT doc FROM records WHERE kind = $1 AND key = $2", kind, key)
+
+    async def get_many(self, kind: str, keys: list[str]) -> dict[str, dict]:
+        rows = await self.pool.fetch("SELECT key, doc FROM records WHERE kind = $1 AND key = ANY($2::text[])",
+                                     kind, keys)
+        return {r["key"]: r["doc"] for r in rows}
+
+    async def scan(self, kind: str, prefix: str = "") -> list[tuple[str, dict]]:
+        rows = await self.pool.fetch(
+            "SELECT key, doc FROM records WHERE kind = $1 AND starts_with(key, $2) ORDER BY key", kind, prefix)
+        return [(r["key"], r["doc"]) for r in rows]
+
+    async def journal(self, kind: str, key: str) -> list[dict]:
+        rows = await self.pool.fetch("SELECT doc FROM journal WHERE kind = $1 AND key = $2 ORDER BY n", kind, key)
+        return [r["doc"] for r in rows]
+
+    async def put_if_absent(self, kind: str, key: str, doc: dict) -> dict | None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            inserted = await conn.fetchval(
+                "INSERT INTO records (kind, key, doc) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING 1",
+                kind, key, doc)
+            if inserted:
+                return None
+            return await conn.fetchval("SELECT doc FROM records WHERE kind = $1 AND key = $2", kind, key)
+
+
+def make_store(database_url: str, schema: str):
+    if database_url == "memory":
+        return MemoryStore()
+    return PostgresStore(database_url, schema)

@@ -1,0 +1,1 @@
+"""timeshare devstack service."""

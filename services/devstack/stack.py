@@ -1,0 +1,70 @@
+"""Every service of one cluster in one process (the devstack, the integration tests, the bench).
+
+Each service is also runnable on its own (``python -m services.<name>``); this only saves
+processes on a laptop. They share one NATS connection per service, like separate processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import replace
+
+from ..common.clock import make_clock
+from ..common.cluster_config import ClusterConfig, load_cluster
+from ..common.settings import Settings
+
+log = logging.getLogger("timeshare.devstack")
+
+SERVICES = {
+    "placement": "services.placement.service:Placement",
+    "executor": "services.executor.service:Executor",
+    "budget": "services.budget.service:Budget",
+    "ledger": "services.ledger.service:Ledger",
+    "health": "services.health.service:Health",
+    "gateway": "services.gateway.service:Gateway",
+}
+ORDER = ("placement", "budget", "ledger", "health", "executor", "gateway")
+
+
+def _cls(name: str):
+    mod, _, attr = SERVICES[name].partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+class Stack:
+    def __init__(self, settings: Settings, config: ClusterConfig | None = None, clock=None,
+                 services: tuple[str, ...] = ORDER):
+        self.settings = settings
+        self.config = config or load_cluster(settings.cluster_file, settings.cluster)
+        if not settings.cluster:
+            self.settings = replace(settings, cluster=self.config.name)
+        self.clock = clock or make_clock(settings.clock)
+        self.names = [n for n in ORDER if n in services]
+        self.services: dict[str, object] = {}
+
+    async def start(self) -> "Stack":
+        for name in self.names:
+            await self.start_service(name)
+        return self
+
+    async def start_service(self, name: str):
+        svc = _cls(name)(self.settings, self.config, self.clock)
+        await svc.start()
+        self.services[name] = svc
+        return svc
+
+    async def stop_service(self, name: str, **kwargs) -> None:
+        svc = self.services.pop(name, None)
+        if svc is not None:
+            await svc.stop(**kwargs)
+
+    async def stop(self) -> None:
+        for name in reversed(list(self.services)):
+            try:
+                await self.stop_service(name)
+            except Exception as exc:  # keep stopping the others
+                log.warning("stopping %s: %s", name, exc)
+
+    def __getitem__(self, name: str):
+        return self.services[name]

@@ -1,0 +1,212 @@
+"""Executor: runs what placement decided and reports how it ended.
+
+It follows the cluster's log from the beginning (its state is rebuilt by replay: which
+workloads run, where, in which attempt). ``started`` launches a workload, ``preempted`` /
+``cancelled`` / ``failed`` stop it; when a workload ends by itself the executor proposes
+``completed`` or ``failed`` (exit code) with the id ``<kind>.<workload>.<attempt>``, so a
+stale report is recognised by placement and a retry dedups.
+
+* simulated: a workload "runs" for its remaining work x ``time_scale`` seconds (wall clock),
+  or, on a manual clock, until a driver advances the clock past its end (``advance`` command);
+* process: each part of the placement runs ``spec.command`` as a local process with
+  ``CUDA_VISIBLE_DEVICES`` = its GPU ids and ``TIMESHARE_RANK`` / ``TIMESHARE_WORLD_SIZE``;
+  a stop sends SIGTERM to the process group, then SIGKILL after the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import msgspec
+
+from timeshare import events as ev
+
+from ..common import subjects
+from ..common.bus import Bus, decode_event, follow, reply_json
+from ..common.cluster_config import ClusterConfig
+from ..common.ids import ended_id
+from ..common.settings import Settings
+
+log = logging.getLogger("timeshare.executor")
+
+
+class Running:
+    __slots__ = ("workload_id", "attempt", "end_ms", "spec", "placement", "handle", "procs", "stopping")
+
+    def __init__(self, workload_id, attempt, end_ms, spec, placement):
+        self.workload_id = workload_id
+        self.attempt = attempt
+        self.end_ms = end_ms
+        self.spec = spec
+        self.placement = placement
+        self.handle = None
+        self.procs: list[asyncio.subprocess.Process] = []
+        self.stopping = False
+
+
+class Executor:
+    def __init__(self, settings: Settings, config: ClusterConfig, clock, bus: Bus | None = None):
+        self.settings = settings
+        self.cluster = config.name
+        self.clock = clock
+        self.bus = bus
+        self.own_bus = bus is None
+        self.kind = settings.executor
+        if self.kind not in ("simulated", "process"):
+            raise ValueError(f"TIMESHARE_EXECUTOR must be 'simulated' or 'process', got {self.kind!r}")
+        self.specs: dict[str, object] = {}
+        self.running: dict[str, Running] = {}
+        self.stop_event = asyncio.Event()
+        self.caught_up = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        self.subs = []
+        self.reported = 0
+
+    async def start(self) -> "Executor":
+        if self.bus is None:
+            self.bus = await Bus.connect(self.settings, self.cluster, name="executor")
+        await self.bus.ensure_infra()
+        self.subs.append(await self.bus.nc.subscribe(subjects.cmd_subject(self.cluster, "executor.advance"),
+                                                     cb=self._on_advance))
+        self.tasks.append(asyncio.create_task(follow(
+            self.bus, subjects.LOG_STREAM, subjects.log_filter(self.cluster), self._on_batch, self.stop_event,
+            caught_up=self.caught_up)))
+        await self.caught_up.wait()
+        return self
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        for r in list(self.running.values()):
+            if r.handle is not None:
+                r.handle.cancel()
+            if r.procs:
+                await self._terminate(r)
+        for t in self.tasks:
+            t.cancel()
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        for s in self.subs:
+            await s.unsubscribe()
+        if self.own_bus:
+            await self.bus.close()
+
+    # -- following the log ------------------------------------------------------------------
+    async def _on_batch(self, msgs, live: bool) -> None:
+        for m in msgs:
+            try:
+                e = decode_event(m.data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # placement never appends what it cannot decode
+            self._apply(e)
+        if live:
+            for r in list(self.running.values()):
+                if r.handle is None and not r.procs and not r.stopping:
+                    self._launch(r)
+
+    def _apply(self, e) -> None:
+        match e:
+            case ev.WorkloadSubmitted():
+                self.specs[e.workload.id] = e.workload
+            case ev.WorkloadStarted():
+                spec = self.specs[e.workload_id]
+                remaining_s = spec.work_s - e.progress_s
+                end_ms = e.at_ms + int(round(remaining_s * 1000 * (1.0 if self.clock.manual else self.settings.time_scale)))
+                self.running[e.workload_id] = Running(e.workload_id, e.attempt, end_ms, spec, e.placement)
+            case ev.WorkloadPreempted() | ev.WorkloadCancelled() | ev.WorkloadFailed() | ev.WorkloadCompleted():
+                r = self.running.pop(e.workload_id, None)
+                if r is not None:
+                    r.stopping = True
+                    if r.handle is not None:
+                        r.handle.cancel()
+                    if r.procs:
+                        asyncio.ensure_future(self._terminate(r))
+
+    def _launch(self, r: Running) -> None:
+        if self.kind == "process" and r.spec.command:
+            r.handle = asyncio.ensure_future(self._run_processes(r))
+        elif not self.clock.manual:
+            delay_s = max(0.0, (r.end_ms - self.clock.now_ms()) / 1000)
+            r.handle = asyncio.get_running_loop().call_later(delay_s, self._finish_soon, r, 0)
+        # manual clock: the driver's ``advance`` ends it
+
+    def _finish_soon(self, r: Running, exit_code: int) -> None:
+        asyncio.ensure_future(self._report(r, exit_code, self.clock.now_ms()))
+
+    async def _report(self, r: Running, exit_code: int | None, at_ms: int, reason: str = "") -> None:
+        if r.stopping or self.running.get(r.workload_id) is not r:
+            return
+        r.stopping = True
+        if exit_code == 0:
+            e = ev.WorkloadCompleted(event_id=ended_id("done", r.workload_id, r.attempt), at_ms=at_ms,
+                                     cluster=self.cluster, workload_id=r.workload_id)
+        else:
+            e = ev.WorkloadFailed(event_id=ended_id("fail", r.workload_id, r.attempt), at_ms=at_ms,
+                                  cluster=self.cluster, workload_id=r.workload_id,
+                                  reason=reason or f"exit code {exit_code}", exit_code=exit_code)
+        try:
+            await self.bus.propose(e)
+            self.reported += 1
+        except Exception as exc:
+            log.error("could not report %s: %s", e.event_id, exc)
+            r.stopping = False
+
+    # -- manual clock -----------------------------------------------------------------------
+    async def advance(self, now_ms: int) -> list[str]:
+        """End every simulated workload due by ``now_ms`` (stamped at its own end time)."""
+        due = sorted((r for r in self.running.values() if r.end_ms <= now_ms and not r.stopping),
+                     key=lambda r: (r.end_ms, r.workload_id))
+        for r in due:
+            await self._report(r, 0, r.end_ms)
+        return [r.workload_id for r in due]
+
+    async def _on_advance(self, msg) -> None:
+        body = msgspec.json.decode(msg.data)
+        done = await self.advance(int(body["now_ms"]))
+        await msg.respond(reply_json({"completed": done}))
+
+    # -- processes --------------------------------------------------------------------------
+    async def _run_processes(self, r: Running) -> None:
+        world = len(r.placement)
+        for rank, part in enumerate(r.placement):
+            env = dict(os.environ)
+            env.update({"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in part.gpu_ids),
+                        "TIMESHARE_RANK": str(rank), "TIMESHARE_WORLD_SIZE": str(world),
+                        "TIMESHARE_NODE": part.node, "TIMESHARE_WORKLOAD_ID": r.workload_id,
+                        "TIMESHARE_ATTEMPT": str(r.attempt), "TIMESHARE_CLUSTER": self.cluster})
+            try:
+                proc = await asyncio.create_subprocess_exec(*r.spec.command, env=env, start_new_session=True)
+            except OSError as exc:
+                await self._report(r, 127, self.clock.now_ms(), reason=f"cannot start {r.spec.command[0]!r}: {exc}")
+                await self._terminate(r)
+                return
+            r.procs.append(proc)
+        codes = await asyncio.gather(*(p.wait() for p in r.procs))
+        if r.stopping:
+            return
+        bad = [c for c in codes if c != 0]
+        await self._report(r, bad[0] if bad else 0, self.clock.now_ms())
+
+    async def _terminate(self, r: Running) -> None:
+        alive = [p for p in r.procs if p.returncode is None]
+        for p in alive:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in alive)), self.settings.kill_grace_s)
+        except asyncio.TimeoutError:
+            for p in alive:
+                if p.returncode is None:
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            await asyncio.gather(*(p.wait() for p in alive))

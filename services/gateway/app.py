@@ -1,0 +1,250 @@
+"""The submission gateway: HTTP (FastAPI), bearer tokens, OpenAPI at /openapi.json.
+
+Thin: validate -> propose an event to placement's inbox (Nats-Msg-Id = event id) -> answer.
+Reads come from the gateway's projection of the log (workloads, history, nodes) or are asked
+of the service that owns the answer over NATS request/reply (queue order and tree usage from
+placement, budget changes and their audit log from budget, the attainment report from the
+ledger, node liveness from health).
+"""
+
+
+import hashlib
+from typing import Annotated, Any
+
+import msgspec
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from timeshare import events as ev
+from timeshare.cluster import PlacementError
+from timeshare.tree import TreeError
+from timeshare.workload import PRIORITIES, ContractError, WorkloadSpec, check_contract
+
+from ..common import subjects
+from ..common.auth import Caller
+from ..common.ids import new_id, submitted_id, workload_id_for_key
+
+API_VERSION = "v1"
+
+
+class SubmitRequest(BaseModel):
+    project: str = Field(description="leaf of the allocation tree the work is charged to, e.g. 'tulu/rl'")
+    gpu_type: str = Field(description="GPU pool, e.g. 'H100'")
+    gpus: int = Field(description="GPUs (at most one node's, or a multiple of the node size)")
+    work_s: int = Field(description="declared work time in seconds (the simulated executor runs this long)")
+    min_runtime_s: int = Field(0, description="protected minimum runtime; 0 = unallocated (always preemptible, never charged)")
+    resumable: bool = Field(False, description="requeued automatically when preempted")
+    priority: str = Field("normal", description=f"order inside the team: {', '.join(PRIORITIES)}")
+    kind: str = Field("other", description="free label (debug, training, eval...)")
+    checkpoint_interval_s: int | None = Field(None, description="resumable work keeps progress at these intervals")
+    command: list[str] | None = Field(None, description="process executor: the command to run")
+    id: str | None = Field(None, description="workload id (default: derived from Idempotency-Key, or random)")
+
+
+class SubmitResponse(BaseModel):
+    workload_id: str
+    cluster: str
+    state: str
+    replayed: bool = Field(description="true when this Idempotency-Key was seen before (same workload)")
+
+
+class CancelResponse(BaseModel):
+    workload_id: str
+    state: str
+
+
+class BudgetChangeRequest(BaseModel):
+    shares: dict[str, float] = Field(description="path -> new share among its siblings (new paths are added)")
+    reason: str = Field(description="why (kept in the audit log)")
+
+
+class HealthReport(BaseModel):
+    ok: bool
+    reason: str = ""
+    needs_human: bool = False
+
+
+class Unavailable(Exception):
+    pass
+
+
+def create_app(gw) -> FastAPI:
+    """``gw`` is the Gateway service (settings, config, bus, store, projection, tokens, clock)."""
+    app = FastAPI(title="timeshare gateway", version="1.0.0",
+                  description="Submit GPU workloads against budgets of GPU time; see the queue in scheduling "
+                              "order; manage the allocation tree. Authenticate with `Authorization: Bearer <token>`.")
+    cluster = gw.cluster
+
+    @app.exception_handler(Unavailable)
+    async def unavailable(_request: Request, exc: Unavailable):
+        return JSONResponse(status_code=503, content={"detail": str(exc)})
+
+    def caller(authorization: Annotated[str | None, Header(description="Bearer <token>")] = None) -> Caller:
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        who = gw.tokens.lookup(authorization.split(None, 1)[1].strip())
+        if who is None:
+            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+        return who
+
+    Auth = Annotated[Caller, Depends(caller)]
+
+    async def ask(subject: str, body: dict | None = None, timeout: float = 5.0) -> Any:
+        try:
+            msg = await gw.bus.nc.request(subject, msgspec.json.encode(body or {}), timeout=timeout)
+        except Exception:
+            raise Unavailable(f"no answer from {subject.split('.')[-1]} service ({subject}); is it running?") from None
+        out = msgspec.json.decode(msg.data)
+        if isinstance(out, dict) and out.get("error") and out.get("status"):
+            raise HTTPException(int(out["status"]), out["error"])
+        return out
+
+    @app.get("/healthz", tags=["operations"])
+    async def healthz() -> dict:
+        return {"ok": gw.bus.nc.is_connected, "cluster": cluster, "projection_seq": gw.projection.last_seq}
+
+    @app.post(f"/{API_VERSION}/workloads", status_code=202, response_model=SubmitResponse, tags=["workloads"])
+    async def submit(req: SubmitRequest, who: Auth,
+                     idempotency_key: Annotated[str | None, Header(description="the same key twice gives the same workload")] = None):
+        body_hash = hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+        if idempotency_key:
+            wid = req.id or workload_id_for_key(who.user, idempotency_key)
+        else:
+            wid = req.id or new_id("w")
+        now_ms = gw.clock.now_ms()
+        spec = WorkloadSpec(id=wid, submit_s=now_ms // 1000, project=req.project, gpu_type=req.gpu_type,
+                            gpus=req.gpus, work_s=req.work_s, min_runtime_s=req.min_runtime_s,
+                            resumable=req.resumable, user=who.user, priority=req.priority, kind=req.kind,
+                            checkpoint_interval_s=req.checkpoint_interval_s, command=req.command)
+        try:
+            check_contract(spec, gw.config.policy.max_min_runtime_s)
+            gw.projection.tree.require_leaf(spec.project)
+            gw.cluster_model.pool(spec.gpu_type).check_request(spec.gpus)
+        except ContractError as exc:
+            raise HTTPException(400, f"{exc.field}: {exc.message}") from None
+        except TreeError as exc:
+            raise HTTPException(400, f"project: {exc}") from None
+        except PlacementError as exc:
+            raise HTTPException(400, f"{'gpu_type' if spec.gpu_type not in gw.cluster_model.pools else 'gpus'}: {exc}") from None
+        replayed = False
+        if idempotency_key:
+            prior = await gw.store.put_if_absent("idem", f"{who.user}/{idempotency_key}",
+                                                 {"workload_id": wid, "hash": body_hash, "at_ms": now_ms})
+            if prior is not None:
+                if prior["hash"] != body_hash:
+                    raise HTTPException(409, "this Idempotency-Key was used with a different request body")
+                replayed = True
+                wid = prior["workload_id"]
+                existing = await gw.store.get("workload", wid)
+                if existing is not None:
+                    return SubmitResponse(workload_id=wid, cluster=cluster, state=existing["state"], replayed=True)
+                spec = msgspec.structs.replace(spec, id=wid)
+        elif await gw.store.get("workload", wid) is not None:
+            raise HTTPException(409, f"id: workload {wid!r} already exists")
+        event = ev.WorkloadSubmitted(event_id=submitted_id(wid), at_ms=now_ms, cluster=cluster, workload=spec)
+        try:
+            await gw.bus.propose(event)
+        except Exception as exc:
+            raise Unavailable(f"could not publish the submission: {exc}") from None
+        return SubmitResponse(workload_id=wid, cluster=cluster, state="submitted", replayed=replayed)
+
+    @app.get(f"/{API_VERSION}/workloads/{{workload_id}}", tags=["workloads"])
+    async def get_workload(workload_id: str, who: Auth) -> dict:
+        doc = await gw.store.get("workload", workload_id)
+        if doc is None:
+            raise HTTPException(404, f"unknown workload {workload_id!r} (just submitted? it appears once placement "
+                                     "has accepted it)")
+        doc["history"] = await gw.store.journal("workload", workload_id)
+        return doc
+
+    @app.get(f"/{API_VERSION}/workloads", tags=["workloads"])
+    async def list_workloads(who: Auth, state: str | None = None, user: str | None = None,
+                             limit: Annotated[int, Query(le=10000)] = 200) -> dict:
+        rows = [d for _, d in await gw.store.scan("workload")]
+        if state:
+            rows = [d for d in rows if d["state"] == state]
+        if user:
+            rows = [d for d in rows if d["user"] == user]
+        rows.sort(key=lambda d: (d["submitted_ms"], d["id"]))
+        return {"workloads": [{k: d[k] for k in ("id", "project", "user", "gpu_type", "gpus", "state", "attempt",
+                                                  "submitted_ms", "started_ms", "ended_ms", "preemptions")}
+                              for d in rows[:limit]], "total": len(rows)}
+
+    @app.delete(f"/{API_VERSION}/workloads/{{workload_id}}", status_code=202, response_model=CancelResponse,
+                tags=["workloads"])
+    async def cancel(workload_id: str, who: Auth):
+        doc = await gw.store.get("workload", workload_id)
+        if doc is None:
+            raise HTTPException(404, f"unknown workload {workload_id!r}")
+        if doc["user"] != who.user and not who.manages_path(doc["project"]):
+            raise HTTPException(403, f"{who.user} may cancel only their own workloads or those of subtrees they manage")
+        if doc["state"] in ("completed", "failed", "cancelled", "preempted"):
+            raise HTTPException(409, f"{workload_id} already ended ({doc['state']})")
+        event = ev.WorkloadCancelled(event_id=f"cancel.{workload_id}", at_ms=gw.clock.now_ms(), cluster=cluster,
+                                     workload_id=workload_id, by=who.user)
+        await gw.bus.propose(event)
+        return CancelResponse(workload_id=workload_id, state="cancelling")
+
+    @app.get(f"/{API_VERSION}/queue", tags=["scheduling"])
+    async def queue(who: Auth, gpu_type: str | None = None, limit: Annotated[int, Query(le=100000)] = 1000) -> dict:
+        """Pending work in scheduling order, each with its ordering key (phase, then (ratio, path)
+        per tree level from the top, then -priority, submit time, id)."""
+        return await ask(subjects.query_subject(cluster, "queue"), {"gpu_type": gpu_type, "limit": limit})
+
+    @app.get(f"/{API_VERSION}/allocations", tags=["budgets"])
+    async def allocations(who: Auth) -> dict:
+        """The allocation tree: shares, fractions, rolling-window usage and usage ratio per GPU type."""
+        return await ask(subjects.query_subject(cluster, "tree"))
+
+    @app.put(f"/{API_VERSION}/allocations", tags=["budgets"])
+    async def change_allocations(req: BudgetChangeRequest, who: Auth) -> dict:
+        """Change shares. Managers change the children of nodes they manage; admins anything."""
+        return await ask(subjects.cmd_subject(cluster, "budget.set"),
+                         {"caller": who.to_dict(), "shares": req.shares, "reason": req.reason,
+                          "request_id": new_id("budget")}, timeout=10)
+
+    @app.get(f"/{API_VERSION}/allocations/history", tags=["budgets"])
+    async def allocation_history(who: Auth) -> dict:
+        """Every budget change: who, old and new shares, why (the audit log)."""
+        return await ask(subjects.query_subject(cluster, "budget.history"))
+
+    @app.get(f"/{API_VERSION}/report", tags=["budgets"])
+    async def report(who: Auth, from_s: float | None = None, to_s: float | None = None) -> dict:
+        """GPU-hours owed / delivered and attainment per team over [from_s, to_s)."""
+        return await ask(subjects.query_subject(cluster, "ledger.report"), {"from_s": from_s, "to_s": to_s},
+                         timeout=30)
+
+    @app.get(f"/{API_VERSION}/nodes", tags=["nodes"])
+    async def nodes(who: Auth) -> dict:
+        out = await ask(subjects.query_subject(cluster, "nodes"))
+        try:
+            live = await ask(subjects.query_subject(cluster, "health.nodes"), timeout=1.0)
+        except (Unavailable, HTTPException):
+            live = {"nodes": {}}
+        for n in out["nodes"]:
+            n["last_heartbeat_ms"] = live["nodes"].get(n["name"], {}).get("last_heartbeat_ms")
+        return out
+
+    @app.post(f"/{API_VERSION}/nodes/{{node}}/heartbeat", status_code=202, tags=["nodes"])
+    async def heartbeat(node: str, who: Auth) -> dict:
+        await gw.bus.nc.publish(subjects.heartbeat_subject(cluster), msgspec.json.encode({"node": node}))
+        return {"node": node}
+
+    @app.post(f"/{API_VERSION}/nodes/{{node}}/health", tags=["nodes"])
+    async def health_report(node: str, report: HealthReport, who: Auth) -> dict:
+        if not who.admin and "health" not in who.manages:
+            raise HTTPException(403, "health reports need an admin or health-agent token")
+        return await ask(subjects.cmd_subject(cluster, "health.report"),
+                         {"node": node, "ok": report.ok, "reason": report.reason, "needs_human": report.needs_human,
+                          "by": who.user})
+
+    @app.post(f"/{API_VERSION}/nodes/{{node}}/repair", tags=["nodes"])
+    async def repaired(node: str, who: Auth) -> dict:
+        """Declare a drained or failed node repaired (a human did it)."""
+        if not who.admin:
+            raise HTTPException(403, "only admins declare nodes repaired")
+        return await ask(subjects.cmd_subject(cluster, "health.repaired"), {"node": node, "by": who.user})
+
+    return app

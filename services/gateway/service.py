@@ -1,0 +1,77 @@
+"""The gateway service: its projection consumer plus the HTTP server (uvicorn)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import uvicorn
+
+from ..common import subjects
+from ..common.auth import TokenTable
+from ..common.bus import Bus
+from ..common.cluster_config import ClusterConfig
+from ..common.settings import Settings
+from ..common.store import make_store
+from .app import create_app
+from .projection import Projection
+
+log = logging.getLogger("timeshare.gateway")
+
+
+class Gateway:
+    def __init__(self, settings: Settings, config: ClusterConfig, clock, bus: Bus | None = None, store=None):
+        self.settings = settings
+        self.config = config
+        self.cluster = config.name
+        self.cluster_model = config.cluster()
+        self.clock = clock
+        self.bus = bus
+        self.own_bus = bus is None
+        self.store = store or make_store(settings.database_url, "gateway")
+        self.tokens = TokenTable(settings.token_table())
+        self.projection: Projection | None = None
+        self.stop_event = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        self.server: uvicorn.Server | None = None
+        self.app = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.http_host}:{self.settings.http_port}"
+
+    async def start(self, serve_http: bool = True) -> "Gateway":
+        if self.bus is None:
+            self.bus = await Bus.connect(self.settings, self.cluster, name="gateway")
+        await self.bus.ensure_infra()
+        await self.store.open()
+        consumer = f"gateway-{self.cluster}"
+        self.projection = Projection(self.store, consumer, self.config.tree(), self.bus)
+        after = await self.projection.load()
+        self.tasks.append(asyncio.create_task(self.bus.consume(
+            subjects.LOG_STREAM, consumer, self.projection.handle, self.stop_event, start_after_seq=after)))
+        self.app = create_app(self)
+        if serve_http:
+            cfg = uvicorn.Config(self.app, host=self.settings.http_host, port=self.settings.http_port,
+                                 log_level="warning", access_log=False, lifespan="off")
+            self.server = uvicorn.Server(cfg)
+            self.server.install_signal_handlers = lambda: None
+            self.tasks.append(asyncio.create_task(self.server.serve()))
+            while not self.server.started:
+                await asyncio.sleep(0.01)
+                if self.tasks[-1].done():
+                    self.tasks[-1].result()
+        return self
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        if self.server is not None:
+            self.server.should_exit = True
+        for t in self.tasks:
+            try:
+                await asyncio.wait_for(t, 3)
+            except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                t.cancel()
+        await self.store.close()
+        if self.own_bus:
+            await self.bus.close()

@@ -1,0 +1,1 @@
+"""timeshare health service."""

@@ -1,0 +1,169 @@
+"""Ledger: rolling-window occupancy per tree node and GPU type, and the attainment report.
+
+It projects the cluster's log into its store (every workload, node and budget event, with the
+applied stream sequence in the same transaction) and keeps the core's ``UsageLedger``
+(allocated / unallocated GPU-seconds per tree node over the lookback window) in memory,
+rebuilt from that journal on start. Every couple of seconds it publishes a usage snapshot to
+the ``timeshare_usage`` KV bucket (key = cluster) for dashboards and other readers; placement
+computes the same numbers from its own replay with the same core code. It answers the
+owed / delivered / attainment report over any time range (request/reply).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+
+from timeshare import events as ev
+from timeshare.tree import AllocationTree
+from timeshare.window import UsageLedger
+
+from ..common import subjects
+from ..common.bus import Bus, decode_event, reply_json
+from ..common.cluster_config import ClusterConfig
+from ..common.settings import Settings
+from ..common.store import Changes, make_store
+from .report import attainment_report
+
+log = logging.getLogger("timeshare.ledger")
+
+
+class Ledger:
+    def __init__(self, settings: Settings, config: ClusterConfig, clock, bus: Bus | None = None, store=None,
+                 snapshot_every_s: float = 2.0):
+        self.settings = settings
+        self.config = config
+        self.cluster = config.name
+        self.clock = clock
+        self.bus = bus
+        self.own_bus = bus is None
+        self.store = store or make_store(settings.database_url, "ledger")
+        self.consumer = f"ledger-{self.cluster}"
+        self.snapshot_every_s = snapshot_every_s
+        self.cluster_model = config.cluster()
+        self._reset()
+        self.stop_event = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        self.subs = []
+        self.dirty = False
+
+    def _reset(self) -> None:
+        self.tree = self.config.tree()
+        self.usage = UsageLedger(self.config.policy.lookback_window_s)
+        self.running: dict[str, tuple[str, str, bool, int]] = {}
+        self.last_ms = 0
+        self.last_seq = 0
+
+    async def start(self) -> "Ledger":
+        if self.bus is None:
+            self.bus = await Bus.connect(self.settings, self.cluster, name="ledger")
+        await self.bus.ensure_infra()
+        await self.store.open()
+        self.last_seq = await self.store.last_seq(self.consumer)
+        for doc in await self.store.journal("events", self.cluster):
+            self._observe(ev.decoder.decode(msgspec.json.encode(doc)))
+        self.tasks.append(asyncio.create_task(self.bus.consume(
+            subjects.LOG_STREAM, self.consumer, self._on_batch, self.stop_event, start_after_seq=self.last_seq)))
+        self.tasks.append(asyncio.create_task(self._snapshots()))
+        self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "ledger.report"),
+                                                     cb=self._on_report))
+        self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "ledger.usage"),
+                                                     cb=self._on_usage))
+        return self
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        for s in self.subs:
+            await s.unsubscribe()
+        for t in self.tasks:
+            t.cancel()
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self.store.close()
+        if self.own_bus:
+            await self.bus.close()
+
+    def _observe(self, e: ev.Event) -> None:
+        now_s = e.at_ms / 1000
+        self.last_ms = max(self.last_ms, e.at_ms)
+        match e:
+            case ev.WorkloadStarted():
+                self.running[e.workload_id] = (e.project, e.gpu_type, e.allocated, e.gpus)
+                self.usage.add_running(e.project, e.gpu_type, e.allocated, e.gpus, now_s)
+            case ev.WorkloadPreempted() | ev.WorkloadCompleted() | ev.WorkloadFailed() | ev.WorkloadCancelled():
+                r = self.running.pop(e.workload_id, None)
+                if r is not None:
+                    leaf, gpu_type, allocated, gpus = r
+                    self.usage.add_running(leaf, gpu_type, allocated, -gpus, now_s)
+            case ev.BudgetChanged():
+                self.tree = AllocationTree.from_shares(e.new)
+
+    async def _on_batch(self, msgs) -> None:
+        changes = Changes()
+        fresh = []
+        last = self.last_seq
+        for m in msgs:
+            seq = m.metadata.sequence.stream
+            if seq <= self.last_seq:
+                continue
+            last = seq
+            try:
+                e = decode_event(m.data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                await self.bus.dead_letter(self.consumer, m, f"undecodable event: {exc}")
+                continue
+            if isinstance(e, ev.MinRuntimeReached):
+                continue  # changes no usage
+            fresh.append(e)
+            changes.append("events", self.cluster, msgspec.to_builtins(e))
+        if last > self.last_seq and await self.store.commit(self.consumer, last, changes):
+            self.last_seq = last
+            for e in fresh:
+                self._observe(e)
+            self.dirty = self.dirty or bool(fresh)
+
+    def usage_snapshot(self) -> dict:
+        now_s = max(self.clock.now_ms(), self.last_ms) / 1000
+        out = {}
+        for path in ["", *sorted(self.tree.nodes)]:
+            per = {}
+            for gt in self.cluster_model.pools:
+                per[gt] = {"allocated_gpu_s": self.usage.usage_gpu_s(path, gt, True, now_s),
+                           "unallocated_gpu_s": self.usage.usage_gpu_s(path, gt, False, now_s),
+                           "running_gpus": self.usage.running_gpus(path, gt, True) + self.usage.running_gpus(path, gt, False)}
+            out[path or "(cluster)"] = per
+        return {"cluster": self.cluster, "now_s": now_s, "window_s": self.usage.window_s, "usage": out}
+
+    async def _snapshots(self) -> None:
+        kv = await self.bus.js.key_value(subjects.USAGE_BUCKET)
+        while True:
+            await asyncio.sleep(self.snapshot_every_s)
+            if self.dirty:
+                self.dirty = False
+                try:
+                    await kv.put(self.cluster, msgspec.json.encode(self.usage_snapshot()))
+                except Exception as exc:
+                    log.warning("usage snapshot: %s", exc)
+
+    async def report(self, from_s: float | None, to_s: float | None) -> dict:
+        docs = await self.store.journal("events", self.cluster)
+        events = [ev.decoder.decode(msgspec.json.encode(d)) for d in docs]
+        to = to_s if to_s is not None else max(self.clock.now_ms(), self.last_ms) / 1000
+        pools = {gt: p.total_gpus for gt, p in self.cluster_model.pools.items()}
+        nodes = {n.name: (p.gpu_type, n.gpus) for p in self.cluster_model.pools.values() for n in p.nodes}
+        return attainment_report(events, self.tree, pools, nodes, self.config.policy.max_min_runtime_s, from_s, to)
+
+    async def _on_report(self, msg) -> None:
+        try:
+            args = msgspec.json.decode(msg.data) if msg.data else {}
+            body = await self.report(args.get("from_s"), args.get("to_s"))
+        except Exception as exc:
+            body = {"error": f"report failed: {exc}", "status": 400}
+        await msg.respond(reply_json(body))
+
+    async def _on_usage(self, msg) -> None:
+        await msg.respond(reply_json(self.usage_snapshot()))

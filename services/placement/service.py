@@ -1,0 +1,372 @@
+"""Placement: the scheduler. The single writer of the cluster's event log.
+
+Loop: fetch proposed events from the inbox -> validate each against the state (the shell's
+rules below) -> apply it -> run the core's scheduling pass (``BudgetPolicy.schedule``) ->
+append the accepted inputs and the pass's decisions to the log, fenced and with
+``Nats-Msg-Id`` = event id -> ack the inbox. Because the log holds exactly what was applied,
+in order, replaying it on start rebuilds the same state. One active instance per cluster
+holds a lease in a JetStream KV bucket; a standby waits for it to lapse.
+
+Inputs the shell refuses (dead-lettered with the reason): undecodable messages; decisions only
+placement makes (started, preempted, ...); a submission that breaks the contract or reuses a
+workload id; an executor report for a workload that is not running that attempt (stale); a
+cancel of a finished workload; health changes for unknown nodes or nodes not in that state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+import msgspec
+from nats.js.errors import KeyWrongLastSequenceError
+
+from timeshare import events as ev
+from timeshare.cluster import NODE_HEALTHY, PlacementError
+from timeshare.scheduler import BudgetPolicy
+from timeshare.state import ENDED, RUNNING, SchedulerState
+from timeshare.tree import AllocationTree, TreeError
+from timeshare.workload import ContractError
+
+from ..common import subjects
+from ..common.bus import Bus, FenceError, decode_event, reply_json
+from ..common.cluster_config import ClusterConfig
+from ..common.ids import attempt_of
+from ..common.settings import Settings
+from ..common.telemetry import setup_telemetry
+from . import view
+
+log = logging.getLogger("timeshare.placement")
+
+PROPOSABLE = (ev.WorkloadSubmitted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled,
+              ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
+
+
+class Rejected(Exception):
+    pass
+
+
+class Tick(msgspec.Struct, frozen=True):
+    at_ms: int
+
+
+class Placement:
+    def __init__(self, settings: Settings, config: ClusterConfig, clock, bus: Bus | None = None):
+        self.settings = settings
+        self.config = config
+        self.cluster = config.name
+        self.clock = clock
+        self.bus = bus
+        self.own_bus = bus is None
+        self.instance = uuid.uuid4().hex[:8]
+        self.policy = BudgetPolicy()
+        self.tracer = setup_telemetry("placement", settings.otel)
+        self.state: SchedulerState | None = None
+        self.applied_ids: set[str] = set()
+        self.last_log_seq = 0
+        self.leader = asyncio.Event()
+        self.stop_event = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        self.subs = []
+        self.lease_rev: int | None = None
+        self.last_pass_wall = 0.0
+        self.stats = {"passes": 0, "inputs": 0, "decisions": 0, "rejected": 0, "duplicates": 0}
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self, wait_leader: bool = True) -> "Placement":
+        if self.bus is None:
+            self.bus = await Bus.connect(self.settings, self.cluster, name=f"placement-{self.instance}")
+        await self.bus.ensure_infra()
+        for q in ("queue", "tree", "nodes", "workload", "digest"):
+            self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, q),
+                                                         cb=self._on_query))
+        self.tasks.append(asyncio.create_task(self._run(), name="placement"))
+        if wait_leader:
+            await self.leader.wait()
+        return self
+
+    async def stop(self, release_lease: bool = True) -> None:
+        self.stop_event.set()
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        for s in self.subs:
+            try:
+                await s.unsubscribe()
+            except Exception:
+                pass
+        if release_lease and self.lease_rev is not None:
+            try:
+                kv = await self.bus.js.key_value(subjects.LEASE_BUCKET)
+                await kv.delete(self._lease_key(), last=self.lease_rev)
+            except Exception:
+                pass
+        if self.own_bus:
+            await self.bus.close()
+
+    def _lease_key(self) -> str:
+        return f"placement.{self.cluster}"
+
+    async def _run(self) -> None:
+        kv = await self.bus.js.key_value(subjects.LEASE_BUCKET)
+        while not self.stop_event.is_set():
+            await self._acquire_lease(kv)
+            refresher = asyncio.create_task(self._refresh_lease(kv))
+            try:
+                await self._rebuild()
+                self.leader.set()
+                log.info("placement %s leads cluster %s from log seq %d", self.instance, self.cluster,
+                         self.last_log_seq)
+                await self._loop()
+            except FenceError as exc:
+                log.error("placement %s lost the log (%s); stepping down", self.instance, exc)
+            finally:
+                refresher.cancel()
+                self.leader.clear()
+            await asyncio.sleep(0.1)
+
+    async def _acquire_lease(self, kv) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.lease_rev = await kv.create(self._lease_key(), self.instance.encode())
+                return
+            except Exception:  # held by another instance (KeyWrongLastSequenceError)
+                await asyncio.sleep(max(0.05, self.settings.lease_ttl_s / 10))
+        raise asyncio.CancelledError
+
+    async def _refresh_lease(self, kv) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_ttl_s / 3)
+            try:
+                self.lease_rev = await kv.update(self._lease_key(), self.instance.encode(), last=self.lease_rev)
+            except KeyWrongLastSequenceError:
+                log.error("placement %s lost its lease", self.instance)
+                self.leader.clear()
+                for t in self.tasks:
+                    t.cancel()
+                return
+            except Exception as exc:  # NATS briefly away: try again
+                log.warning("lease refresh failed: %s", exc)
+
+    async def _rebuild(self) -> None:
+        """Replay the cluster's log into a fresh state."""
+        t0 = time.perf_counter()
+        self.state = SchedulerState(self.config.tree(), self.config.cluster(), self.config.policy,
+                                    name=self.cluster, id_prefix=f"p{self.instance}-")
+        self.applied_ids = set()
+        n = 0
+
+        def on_msg(m) -> None:
+            nonlocal n
+            e = decode_event(m.data)
+            self.state.apply(e)
+            self.applied_ids.add(e.event_id)
+            n += 1
+
+        self.last_log_seq = await self.bus.replay(subjects.LOG_STREAM, subjects.log_filter(self.cluster), on_msg)
+        log.info("rebuilt %s from %d events in %.3fs", self.cluster, n, time.perf_counter() - t0)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _now_ms(self) -> int:
+        return max(self.clock.now_ms(), self.state.last_event_ms)
+
+    def _fetch_timeout(self) -> float:
+        if self.clock.manual:
+            return 0.2
+        timeout = min(0.5, self.settings.pass_interval_s)
+        nxt = self.state.next_protection_expiry_s()
+        if nxt is not None:
+            timeout = min(timeout, max(0.01, nxt - self.clock.now_ms() / 1000))
+        return timeout
+
+    async def _loop(self) -> None:
+        sub = await self.bus.js.pull_subscribe_bind(f"placement-{self.cluster}", subjects.INBOX_STREAM)
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    msgs = await sub.fetch(1000, timeout=self._fetch_timeout())
+                except Exception:  # timeout: nothing proposed
+                    msgs = []
+                await self._process(msgs)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+
+    async def _process(self, msgs: list) -> None:
+        state = self.state
+        out: list[ev.Event] = []
+        dead: list[tuple[object, str]] = []
+        replies: list[tuple[str, dict]] = []
+        accepted = 0
+        with self.tracer.start_as_current_span("placement.batch") as span:
+            for m in msgs:
+                if m.subject.endswith("." + subjects.TICK):
+                    try:
+                        tick = msgspec.json.decode(m.data, type=Tick)
+                    except msgspec.DecodeError as exc:
+                        dead.append((m, f"undecodable tick: {exc}"))
+                        continue
+                    out += self._pass(max(tick.at_ms, state.last_event_ms))
+                    reply = (m.headers or {}).get("Timeshare-Reply")
+                    if reply:
+                        nxt = state.next_protection_expiry_s()
+                        replies.append((reply, {"at_ms": tick.at_ms, "pending": state.pending_count,
+                                                "running": len(state.running),
+                                                "next_protection_expiry_ms": state.ms(nxt) if nxt is not None else None}))
+                    continue
+                try:
+                    e = decode_event(m.data)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    dead.append((m, f"undecodable event: {exc}"))
+                    continue
+                if e.event_id in self.applied_ids:
+                    self.stats["duplicates"] += 1
+                    continue
+                try:
+                    accepted_events = self._accept(e)
+                except Rejected as exc:
+                    dead.append((m, str(exc)))
+                    self.stats["rejected"] += 1
+                    continue
+                for a in accepted_events:
+                    state.apply(a)
+                    self.applied_ids.add(a.event_id)
+                out += accepted_events
+                accepted += 1
+            self.stats["inputs"] += accepted
+            if not self.clock.manual:
+                now_wall = time.monotonic()
+                nxt = state.next_protection_expiry_s()
+                due = nxt is not None and nxt * 1000 <= self.clock.now_ms()
+                if accepted or due or now_wall - self.last_pass_wall >= self.settings.pass_interval_s:
+                    out += self._pass(self._now_ms())
+            span.set_attribute("timeshare.inputs", accepted)
+            span.set_attribute("timeshare.events", len(out))
+            if out:
+                await self._append(out)
+        for m, reason in dead:
+            await self.bus.dead_letter(f"placement-{self.cluster}", m, reason)
+        if msgs:
+            await msgs[-1].ack()
+        for reply, body in replies:
+            await self.bus.nc.publish(reply, reply_json(body))
+
+    def _pass(self, now_ms: int) -> list[ev.Event]:
+        now_s = now_ms // 1000 if now_ms % 1000 == 0 else now_ms / 1000
+        with self.tracer.start_as_current_span("placement.pass") as span:
+            decisions = self.policy.schedule(self.state, now_s)
+            for e in decisions:
+                self.applied_ids.add(e.event_id)
+                if isinstance(e, ev.WorkloadPreempted):
+                    # the reasons as data, on the trace: why this workload was preempted
+                    span.add_event("preempted", {"workload_id": e.workload_id, "reason": e.reason.kind,
+                                                 "message": e.reason.message})
+            span.set_attribute("timeshare.decisions", len(decisions))
+        self.stats["passes"] += 1
+        self.stats["decisions"] += len(decisions)
+        self.last_pass_wall = time.monotonic()
+        return decisions
+
+    async def _append(self, out: list[ev.Event]) -> None:
+        acks = await self.bus.publish_events(
+            out, lambda e: subjects.log_subject(self.cluster, ev.event_type(e)),
+            fence_after_seq=self.last_log_seq, fence_filter=subjects.log_filter(self.cluster))
+        self.last_log_seq = acks[-1].seq
+
+    # -- the shell's rules for proposed events -------------------------------------------
+    def _accept(self, e: ev.Event) -> list[ev.Event]:
+        state = self.state
+        if not isinstance(e, PROPOSABLE):
+            raise Rejected(f"{ev.event_type(e)} is decided by placement only; it cannot be proposed")
+        if e.cluster != self.cluster:
+            raise Rejected(f"event for cluster {e.cluster!r} sent to cluster {self.cluster!r}")
+        at_ms = max(e.at_ms, state.last_event_ms)
+        if at_ms != e.at_ms:
+            e = msgspec.structs.replace(e, at_ms=at_ms)
+        now_s = at_ms / 1000
+        match e:
+            case ev.WorkloadSubmitted():
+                try:
+                    state.validate_submission(e.workload)
+                except (ContractError, TreeError, PlacementError, ValueError) as exc:
+                    raise Rejected(f"submission {e.workload.id}: {exc}") from None
+                return [e]
+            case ev.WorkloadCompleted() | ev.WorkloadFailed():
+                w = state.workloads.get(e.workload_id)
+                if w is None:
+                    raise Rejected(f"unknown workload {e.workload_id!r}")
+                attempt = attempt_of(e.event_id)
+                if w.state != RUNNING or (attempt is not None and attempt != w.attempt):
+                    raise Rejected(f"stale report for {e.workload_id}: it is {w.state} in attempt {w.attempt}, "
+                                   f"the report is about attempt {attempt}")
+                return [e]
+            case ev.WorkloadCancelled():
+                w = state.workloads.get(e.workload_id)
+                if w is None:
+                    raise Rejected(f"unknown workload {e.workload_id!r}")
+                if w.state in ENDED:
+                    raise Rejected(f"{e.workload_id} already ended ({w.state})")
+                return [e]
+            case ev.NodeUnhealthy():
+                node = self._node(e.node)
+                if node.state != NODE_HEALTHY:
+                    raise Rejected(f"node {e.node} is already {node.state}")
+                cap_s = state.config.drain_human_after_s or state.config.max_min_runtime_s
+                blocked_s = max((self.policy.drain_blocked_until_s(state.workloads[w], now_s) - now_s
+                                 for w in node.workload_ids()), default=0)
+                return [msgspec.structs.replace(e, needs_human=e.needs_human or blocked_s > cap_s)]
+            case ev.NodeFailed():
+                node = self._node(e.node)
+                if node.state in ("down",):
+                    raise Rejected(f"node {e.node} is already down")
+                derived = state.node_failed(e.node, now_s, e.reason)
+                return [msgspec.structs.replace(derived[0], event_id=e.event_id), *derived[1:]]
+            case ev.NodeRepaired():
+                node = self._node(e.node)
+                if node.state not in ("drained", "down"):
+                    raise Rejected(f"node {e.node} is {node.state}; only drained or down nodes are repaired")
+                return [e]
+            case ev.BudgetChanged():
+                try:
+                    AllocationTree.from_shares(e.new)
+                except TreeError as exc:
+                    raise Rejected(f"budget change: {exc}") from None
+                return [e]
+        raise Rejected(f"unexpected event {ev.event_type(e)}")
+
+    def _node(self, name: str):
+        try:
+            return self.state.cluster.node(name)
+        except PlacementError as exc:
+            raise Rejected(str(exc)) from None
+
+    # -- queries ----------------------------------------------------------------------------
+    async def _on_query(self, msg) -> None:
+        if not self.leader.is_set() or self.state is None:
+            return  # the leader answers; a standby stays silent
+        kind = msg.subject.rsplit(".", 1)[-1]
+        try:
+            args = msgspec.json.decode(msg.data) if msg.data else {}
+            now_s = self._now_ms() / 1000
+            if kind == "queue":
+                body = view.queue_view(self.state, now_s, args.get("gpu_type"), int(args.get("limit", 1000)))
+            elif kind == "tree":
+                body = view.tree_view(self.state, now_s)
+            elif kind == "nodes":
+                body = view.nodes_view(self.state)
+            elif kind == "workload":
+                body = {"workload": view.workload_view(self.state, args["id"])}
+            else:
+                body = {"digest": view.digest(self.state), "last_log_seq": self.last_log_seq,
+                        "instance": self.instance, "stats": self.stats}
+        except Exception as exc:  # a bad query must not hurt the scheduler
+            body = {"error": str(exc)}
+        await msg.respond(reply_json(body))

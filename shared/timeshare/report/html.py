@@ -1,0 +1,249 @@
+"""``report.html``: one self-contained page comparing the policies of a simulation.
+
+Figures are PNGs embedded as base64 data URIs so the file opens offline and can be mailed.
+Curves come from each policy's ``events.jsonl``; every number printed comes from the metrics
+dicts that ``timeshare simulate`` also writes to ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+
+import numpy as np
+
+from ..durations import format_duration_s
+from . import figures, gantt, series, tables
+from .runlog import GpuRows, RunLog, fold_events, read_events
+from .style import HOUR_S, bin_hours, png_data_uri, team_colors
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1450px; color: #222; }
+h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: .9em; color: #444; max-width: 1100px; }
+table.metrics { border-collapse: collapse; font-size: .85em; margin: .5em 0; }
+table.metrics td, table.metrics th { border: 1px solid #ddd; padding: 2px 8px; }
+table.metrics th.metric { text-align: left; font-weight: normal; font-family: monospace; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; } td.ratio { color: #666; }
+.settings { font-family: monospace; font-size: .85em; color: #444; }
+"""
+
+
+def _metrics_of(result) -> dict:
+    return result if isinstance(result, dict) else result.metrics
+
+
+def _end_s(result) -> float:
+    if isinstance(result, dict):
+        return float(result["sim"]["simulated_s"])
+    return float(result.end_s)
+
+
+def _figure(img_uri: str, caption: str, fig_id: str) -> str:
+    return (f'<figure id="{fig_id}"><img src="{img_uri}" alt="{escape(fig_id)}">'
+            f"<figcaption>{caption}</figcaption></figure>")
+
+
+@dataclass
+class _Context:
+    """What every part of the report needs; small, so it pickles cheaply to worker processes."""
+
+    rows: GpuRows
+    teams: list[str]
+    fractions: dict[str, float]
+    colors: dict[str, tuple]
+    lookback_window_s: int
+    view: gantt.GanttView
+    gpus_per_node: int | None
+    at_s: np.ndarray  # hourly instants of the usage-ratio curves
+
+    @property
+    def programs(self) -> dict[str, list[int]]:
+        return figures.programs_of(self.teams)
+
+
+@dataclass
+class _PolicyPart:
+    log: RunLog
+    cluster_html: str
+    delivery_html: list[str]
+    ratio_teams: list[np.ndarray]
+    ratio_programs: list[np.ndarray]
+
+
+def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, float] | None = None,
+                 max_gpu_rows: int = 256, jobs: int | None = None) -> Path:
+    """Write ``out_dir/report.html`` for ``results`` ({policy: RunResult or metrics dict}).
+
+    ``window`` = (start_s, end_s) of the cluster picture (default: 2 days in the middle of the
+    run); more than ``max_gpu_rows`` GPUs are thinned to every k-th GPU. Policies are read and
+    drawn in up to ``jobs`` processes (default: one per policy, at most one per core), since
+    reading a 30-day log and drawing its figures is seconds of single-threaded work each."""
+    t_start = time.perf_counter()
+    out_dir = Path(out_dir)
+    metrics = {p: _metrics_of(r) for p, r in results.items()}
+    tree = scenario.tree()
+    teams = tree.leaves
+    with_events = {p: out_dir / p / "events.jsonl" for p in results if (out_dir / p / "events.jsonl").exists()}
+    missing = [p for p in results if p not in with_events]
+    end_s = max((_end_s(results[p]) for p in with_events), default=0.0)
+    rows = GpuRows.from_scenario(scenario)
+    ctx = _Context(rows, teams, {t: tree.nodes[t].fraction for t in teams}, team_colors(teams),
+                   scenario.policy.lookback_window_s,
+                   gantt.choose_view(end_s, rows.total, window, max_gpu_rows) if with_events else None,
+                   scenario.pools[0].gpus_per_node if len(scenario.pools) == 1 else None,
+                   np.arange(0.0, end_s + 1, HOUR_S))
+
+    parts = [f"<h1>timeshare simulation: {escape(scenario.name)}</h1>", _settings(scenario, metrics)]
+    if missing:
+        parts.append(f"<p><b>No events.jsonl for {escape(', '.join(missing))}</b>: only its metrics are shown.</p>")
+    parts += ["<h2>Metrics</h2>",
+              "<p>Every row of <code>metrics.json</code>, policy beside policy; the last columns divide the "
+              "first policy's value by each other's.</p>", tables.metrics_table(metrics)]
+    if with_events:
+        jobs = max(1, min(jobs or os.cpu_count() or 1, len(with_events)))
+        with _pool(jobs) as pool:
+            policy_parts = dict(zip(with_events, _map(pool, _policy_part, [
+                (ctx, p, path, _end_s(results[p]), metrics[p]["teams"]) for p, path in with_events.items()])))
+            logs = {p: part.log for p, part in policy_parts.items()}
+            ratio_teams = {p: part.ratio_teams for p, part in policy_parts.items()}
+            ratio_programs = {p: part.ratio_programs for p, part in policy_parts.items()}
+            shared = _map(pool, _render, [
+                (figures.ratio_figure, (ratio_teams, ctx.at_s, teams, ctx.lookback_window_s)),
+                (figures.ratio_figure, (ratio_programs, ctx.at_s, list(ctx.programs), ctx.lookback_window_s)),
+                (figures.waits_figure, (logs, metrics)),
+                (figures.preemptions_figure, (logs, metrics)),
+            ])
+        parts.append("<h2>The cluster</h2>")
+        parts += [part.cluster_html for part in policy_parts.values()]
+        parts += ["<h2>Allocation and delivery</h2>", _DELIVERY_INTRO]
+        for part in policy_parts.values():
+            parts += part.delivery_html
+        parts.append(_figure(shared[0], (
+            "Usage ratio per team over time, the number the budget policy orders its queue by (lower goes "
+            "first): allocated GPU-seconds in the lookback window over the team's share of the window. Early "
+            "in the run the window is not yet full, so ratios start low. Under the baseline policy "
+            "'allocated' means opted out of preemption, so its curve is not a budget."), "fig-ratio-teams"))
+        parts.append(_figure(shared[1], "Usage ratio per program (the level above the teams in the fair-share "
+                                        "tree).", "fig-ratio-programs"))
+        parts += ["<h2>Queue waits</h2>", _figure(shared[2], (
+            "Share of workloads (y) that waited at most x from submission to first start, per workload kind. "
+            "Resubmissions are not counted; work never started counts with its wait until the end of the run. "
+            "The p90 and count in each legend are <code>queue_wait_s</code> of metrics.json."), "fig-waits")]
+        parts += ["<h2>Preemptions and drains</h2>", _figure(shared[3], (
+            "Preemptions per bin, stacked by reason (legend: totals from metrics.json). Triangles mark nodes "
+            "reported unhealthy (drained as their work reaches its minimum runtime); red triangles are drains "
+            "that needed a human because protected work blocked them beyond the cap; crosses are node "
+            "failures."), "fig-preemptions")]
+    parts += ["<h2>Teams</h2>", tables.teams_table(metrics)]
+    parts.append(f'<p class="settings">rendered in {time.perf_counter() - t_start:.1f} s</p>')
+    page = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>timeshare: "
+            f"{escape(scenario.name)}</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")
+    out = out_dir / "report.html"
+    out.write_text(page)
+    return out
+
+
+_DELIVERY_INTRO = (
+    "<p>Per team, GPU time delivered against what it was owed: owed(team, hour) = min(fraction x pool GPUs "
+    "x 1 h, GPU-hours its workloads asked for, pending or running). A program's owed is the sum of its "
+    "teams'. Attainment (in each title, from metrics.json) = sum of min(delivered, owed) / sum of owed, hour "
+    "by hour.</p>")
+
+
+@contextmanager
+def _pool(jobs: int):
+    if jobs <= 1:
+        yield None
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield pool
+
+
+def _map(pool, fn, arg_tuples: list[tuple]) -> list:
+    if pool is None:
+        return [fn(*args) for args in arg_tuples]
+    return [f.result() for f in [pool.submit(fn, *args) for args in arg_tuples]]
+
+
+def _render(figure_fn, args: tuple) -> str:
+    return png_data_uri(figure_fn(*args))
+
+
+def _settings(scenario, metrics: dict) -> str:
+    pools = ", ".join(f"{p.nodes} x {p.gpus_per_node} {p.gpu_type}" for p in scenario.pools)
+    pol = scenario.policy
+    return (f'<p class="settings">{escape(pools)} · duration {format_duration_s(scenario.duration_s)} · '
+            f"seed {scenario.seed} · lookback window {format_duration_s(pol.lookback_window_s)} · "
+            f"max min runtime {format_duration_s(pol.max_min_runtime_s)} · hysteresis "
+            f"{pol.preemption_hysteresis} · {len(scenario.workloads)} workloads ({escape(scenario.source)}) · "
+            f"policies: {escape(', '.join(metrics))}</p>")
+
+
+def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, team_metrics: dict) -> _PolicyPart:
+    """Everything drawn from one policy's log alone (runs in a worker process)."""
+    log = fold_events(read_events(events_path), policy, end_s, ctx.teams, ctx.rows)
+    view = ctx.view
+    cluster = _figure(png_data_uri(gantt.draw_gantt(log, ctx.rows, view, ctx.colors)), (
+        f"<b>{escape(policy)}</b>: one row per GPU, {escape(view.describe(ctx.gpus_per_node))}; time "
+        f"{view.start_s / HOUR_S:.1f} h to {view.end_s / HOUR_S:.1f} h of the run (choose another range with "
+        "<code>timeshare report --window</code>). One bar per run of a workload, coloured by team with a "
+        "shade per workload; hatched where it could be interrupted (unallocated, or allocated past its "
+        "protected minimum runtime); a red tick where it was preempted; grey boxes are nodes out of "
+        "service (unhealthy or failed, until repaired)."), f"fig-cluster-{policy}")
+
+    teams, fractions, programs = ctx.teams, ctx.fractions, ctx.programs
+    th = series.team_hours(log, fractions, ctx.rows.pool_gpus)
+    hours = bin_hours(log.end_s)
+    titles = [_attainment_title(fractions[t], team_metrics.get(t, {}).get("attainment"),
+                                team_metrics.get(t, {}).get("owed_gpu_hours")) for t in teams]
+    delivery = [_figure(png_data_uri(figures.delivery_figure(policy, th, teams, titles, hours,
+                                                             [ctx.colors[t] for t in teams])),
+                        f"<b>{escape(policy)}</b>, per team: solid = delivered allocated GPU time, hatched = "
+                        f"delivered unallocated, black line = owed; mean GPUs over each {hours} h bin.",
+                        f"fig-delivery-{policy}")]
+    prog = _program_hours(th, programs)
+    ptitles = []
+    for i, idx in enumerate(programs.values()):
+        got = series.attainment(prog.delivered[i], prog.owed[i])
+        ptitles.append(f"fraction {100 * sum(fractions[teams[j]] for j in idx):.1f}% · owed "
+                       f"{prog.owed[i].sum() / HOUR_S:,.0f} GPU-h · attainment "
+                       f"{'–' if got is None else f'{100 * got:.1f}%'}")
+    delivery.append(_figure(png_data_uri(figures.delivery_figure(
+        policy, prog, list(programs), ptitles, hours, [ctx.colors[teams[idx[0]]] for idx in programs.values()])),
+        f"<b>{escape(policy)}</b>, per program (first path component; attainment here is computed from the "
+        "summed team series, not a metrics.json field).", f"fig-delivery-programs-{policy}"))
+
+    total_gpus = sum(ctx.rows.pool_gpus.values())
+    window_s = ctx.lookback_window_s
+    ratio_teams = [series.usage_ratio(log, lambda s, i=i: s == i, fractions[t], total_gpus, window_s, ctx.at_s)
+                   for i, t in enumerate(teams)]
+    ratio_programs = [series.usage_ratio(log, lambda s, idx=idx: np.isin(s, idx),
+                                         sum(fractions[teams[j]] for j in idx), total_gpus, window_s, ctx.at_s)
+                      for idx in programs.values()]
+    return _PolicyPart(log, cluster, delivery, ratio_teams, ratio_programs)
+
+
+def _attainment_title(fraction, got, owed_h) -> str:
+    got_s = "–" if got is None else f"{100 * got:.1f}%"
+    return f"fraction {100 * fraction:.1f}% · owed {owed_h or 0:,.0f} GPU-h · attainment {got_s}"
+
+
+def _program_hours(th: series.TeamHours, programs: dict[str, list[int]]) -> series.TeamHours:
+    idx = list(programs.values())
+    return series.TeamHours(th.edges_s, np.array([th.allocated[i].sum(0) for i in idx]),
+                            np.array([th.unallocated[i].sum(0) for i in idx]),
+                            np.array([th.owed[i].sum(0) for i in idx]),
+                            np.array([th.fraction[i].sum() for i in idx]))
+
+
+def load_results(out_dir: Path) -> dict[str, dict]:
+    """{policy: metrics} from a simulate output directory's metrics.json."""
+    return json.loads((Path(out_dir) / "metrics.json").read_text())

@@ -1,0 +1,93 @@
+"""Gang reservations: room for a large gang that protected work keeps fragmenting.
+
+Protected minimum runtimes leave few moments when many nodes can be emptied at once, so a
+whole-node gang can wait behind a stream of small protected workloads (the weak spot Ai2
+reports). Each pass, the most deserving leaf whose next gang fits within its due share gets
+one reservation per pool: the nodes that can be emptied soonest (all their work unallocated,
+preemptible by that leaf, or protected only until a known time). Until the gang starts, new
+allocated work may use those nodes only if its own protection ends by the time the last of
+them can be taken (``until_s``), so it never delays the gang; unallocated work may use them
+freely (it can be preempted at any time).
+
+The reservation is recomputed from the state on every pass (nothing to persist, so the live
+scheduler and the simulator agree); per-node times are cached and refreshed only for nodes
+that changed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+from .cluster import NODE_HEALTHY, Pool
+from .fairshare import FairShareView
+from .state import SchedulerState
+
+
+class Reservation(NamedTuple):
+    workload_id: str
+    nodes: frozenset[int]
+    until_s: float
+
+
+def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: float,
+                     victims_for: Callable[[str, int], dict]) -> Reservation | None:
+    gpn = pool.gpus_per_node
+    gpu_type = pool.gpu_type
+    for leaf in view.leaf_order():
+        q = state.queues.get((gpu_type, leaf, "a"))
+        if q is None or not q.count or state.tree.nodes[leaf].fraction <= 0:
+            continue
+        gangs = [(q.by_size[g][0], g) for g in q.by_size if g > gpn]
+        if not gangs:
+            continue
+        head, gpus = min(gangs)
+        if view.fill(leaf, gpus) > 1.0 and not (view.fill(leaf) < 1.0 and gpus <= view.due_gpus[leaf]):
+            continue  # a gang beyond the leaf's due share borrows; it gets no reservation
+        need = gpus // gpn
+        if len(pool.buckets[gpn]) >= need:
+            return None  # it fits now and starts in this pass
+        allowed = tuple(victims_for(leaf, gpus))
+        times = _takeable_times(state, pool, leaf, allowed, now_s)
+        ready = sorted((t, -pool.nodes[i].free, i) for i, t in times.items() if t < math.inf)
+        if len(ready) < need:
+            continue
+        chosen = ready[:need]
+        return Reservation(head[2], frozenset(i for _, _, i in chosen), max(t for t, _, _ in chosen))
+    return None
+
+
+def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: float) -> dict[int, float]:
+    """Per healthy node: when ``leaf`` could empty it (inf: work it may not preempt)."""
+    key = (pool.gpu_type, "reserve", leaf)
+    cached = state.victim_memo.get(key)
+    allowed_set = set(allowed)
+    workloads = state.workloads
+    if cached is not None and cached[1] == allowed:
+        times = dict(cached[2])
+        nodes = pool.changed_since(cached[0])
+        # a protection that ended since is "now"; other cached times stay right
+        for i, t in times.items():
+            if now_s > t:
+                times[i] = now_s
+    else:
+        times = {}
+        nodes = pool.nodes
+    for node in nodes:
+        if node.state != NODE_HEALTHY:
+            times.pop(node.index, None)
+            continue
+        t = now_s
+        for wid in node.holders:
+            v = workloads[wid]
+            if not v.allocated:
+                continue
+            until = v.protected_until_s
+            if until is not None and until > now_s:
+                t = max(t, until)
+            elif v.non_preemptible or v.leaf not in allowed_set:
+                t = math.inf
+                break
+        times[node.index] = t
+    state.victim_memo[key] = (pool.change_seq, allowed, times)
+    return times
