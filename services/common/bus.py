@@ -2,8 +2,8 @@
 
 Publishing sets ``Nats-Msg-Id`` to the event id (JetStream drops a duplicate inside the
 duplicate window) and puts the trace context in the headers. Placement pipelines its log
-appends with ``Nats-Expected-Last-Subject-Sequence`` over the cluster's log subjects, so a
-deposed leader cannot write after a new one has started (fencing).
+appends; the first append of each batch carries ``Nats-Expected-Last-Subject-Sequence`` over
+the cluster's log subjects, so a deposed leader's next batch is refused (fencing).
 """
 
 from __future__ import annotations
@@ -113,15 +113,19 @@ class Bus:
     async def publish_events(self, events: Iterable[ev.Event], subject_of: Callable[[ev.Event], str],
                              fence_after_seq: int | None = None, fence_filter: str | None = None,
                              extra_headers: dict | None = None) -> list[api.PubAck]:
-        """Publish in order (pipelined); with ``fence_after_seq``, each append expects its predecessor."""
+        """Publish in order (pipelined); with ``fence_after_seq``, the first append expects it as the last."""
         tasks = []
         for i, e in enumerate(events):
-            headers = {"Nats-Msg-Id": e.event_id, "Timeshare-Event-Type": ev.event_type(e)}
+            # one stream serves every cluster: the dedup id names the cluster too
+            headers = {"Nats-Msg-Id": f"{e.cluster}/{e.event_id}", "Timeshare-Event-Type": ev.event_type(e)}
             inject_context(headers)
             if extra_headers:
                 headers.update(extra_headers)
-            if fence_after_seq is not None:
-                headers["Nats-Expected-Last-Subject-Sequence"] = str(fence_after_seq + i)
+            if fence_after_seq is not None and i == 0:
+                # only the first append of a batch is fenced: sequences of the shared stream are
+                # not contiguous per cluster, and a deposed writer that slipped its batch tail in
+                # fails its next batch (and so does the new leader, which then rebuilds)
+                headers["Nats-Expected-Last-Subject-Sequence"] = str(fence_after_seq)
                 headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence_filter
             # the coroutines start in order, so the messages leave in order
             tasks.append(asyncio.ensure_future(self._request(subject_of(e), ev.encoder.encode(e), headers)))

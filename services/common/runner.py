@@ -11,7 +11,7 @@ import sys
 def setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    for noisy in ("nats", "uvicorn.access", "asyncio"):
+    for noisy in ("nats", "uvicorn.access", "asyncio", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -138,7 +138,7 @@ class Executor:
         asyncio.ensure_future(self._report(r, exit_code, self.clock.now_ms()))
 
     async def _report(self, r: Running, exit_code: int | None, at_ms: int, reason: str = "") -> None:
-        if r.stopping or self.running.get(r.workload_id) is not r:
+        if r.stopping or self.stop_event.is_set() or self.running.get(r.workload_id) is not r:
             return
         r.stopping = True
         if exit_code == 0:

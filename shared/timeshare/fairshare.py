@@ -10,12 +10,14 @@ Two numbers per tree node and GPU type:
 
 * the **fill** (what orders the queue now)::
 
-      due GPUs = fraction x pool GPUs x max(0, 1 + catch_up x (1 - ratio))
+      weight   = share x max(0, 1 + catch_up x (1 - ratio))
+      due GPUs = parent's due GPUs x weight / sum of the sibling weights  (root: pool GPUs)
       fill     = allocated GPUs running now / due GPUs
 
   A subtree that under-used its share over the window is due *more* than its share now
-  (ratio 0.7 -> 130% of its share with catch_up 1: "it feels like 30% more compute"), one
-  that over-used is due less, so over the window every busy subtree converges to its share,
+  (ratio 0.7 among siblings at 1.0 -> about 130% of its share with catch_up 1: "it feels
+  like 30% more compute"), one that over-used is due less; the due GPUs of all leaves add
+  up to the pool, so being within one's due share never crowds out another's, so over the window every busy subtree converges to its share,
   and hour by hour delivery tracks what it is owed instead of swinging between all and
   nothing (ordering by the window ratio alone lets the most deserving team take every free
   GPU for hours before its 7-day ratio moves).
@@ -51,16 +53,30 @@ class FairShareView:
         ratios: dict[str, float] = {}
         due: dict[str, float] = {}
         running: dict[str, int] = {}
+        free_running: dict[str, int] = {}
         usage: dict[str, int] = {}
+        weight: dict[str, float] = {}
         for path, node in tree.nodes.items():
             used = ledger.usage_gpu_s(path, gpu_type, True, now_s)
             usage[path] = used
             denominator = node.fraction * entitled_gpu_s
             ratio = used / denominator if denominator > 0 else INFINITE
             ratios[path] = ratio
-            due[path] = node.fraction * pool_gpus * max(0.0, 1.0 + catch_up * (1.0 - ratio)) if denominator > 0 else 0.0
+            weight[path] = node.share * max(0.0, 1.0 + catch_up * (1.0 - ratio)) if denominator > 0 else 0.0
             running[path] = ledger.running_gpus(path, gpu_type, True)
+            free_running[path] = ledger.running_gpus(path, gpu_type, False)
+
+        def split(siblings: list[str], gpus: float) -> None:
+            # the parent's due GPUs are divided among its children by catch-up weight, so
+            # the due shares of a sibling set add up to exactly what their parent is due
+            total = sum(weight[p] for p in siblings)
+            for p in siblings:
+                due[p] = gpus * weight[p] / total if total > 0 else 0.0
+                split(tree.nodes[p].children, due[p])
+
+        split(tree.roots, float(pool_gpus))
         self.ratios = ratios
+        self.unallocated_running_gpus = free_running
         self.due_gpus = due
         self.running_gpus = running
         self.usage_gpu_s = usage
@@ -76,10 +92,25 @@ class FairShareView:
     def key(self, path: str) -> tuple[float, float, str]:
         return (self.fill(path), self.ratios[path], path)
 
-    def charge(self, leaf: str, delta_gpus: int) -> None:
-        """Record allocated GPUs started (or stopped, negative) for ``leaf`` during a pass."""
+    def total_fill(self, path: str, extra_gpus: int = 0) -> float:
+        due = self.due_gpus[path]
+        running = self.running_gpus[path] + self.unallocated_running_gpus[path] + extra_gpus
+        return running / due if due > 0 else INFINITE
+
+    def total_key(self, path: str) -> tuple[float, float, str]:
+        """Order for unallocated work: all GPUs the subtree runs (allocated or not) / due.
+
+        Free capacity is shared fairly too: a team owed its share gets it through
+        unallocated work when that is all it asks for."""
+        due = self.due_gpus[path]
+        running = self.running_gpus[path] + self.unallocated_running_gpus[path]
+        return (running / due if due > 0 else INFINITE, self.ratios[path], path)
+
+    def charge(self, leaf: str, delta_gpus: int, allocated: bool = True) -> None:
+        """Record GPUs started (or stopped, negative) for ``leaf`` during a pass."""
+        running = self.running_gpus if allocated else self.unallocated_running_gpus
         for path in self._paths[leaf]:
-            self.running_gpus[path] += delta_gpus
+            running[path] += delta_gpus
 
     def leaf_order(self) -> list[str]:
         """Leaves, most deserving first, ranked depth-first level by level."""
@@ -97,8 +128,9 @@ class FairShareView:
         visit(self.tree.roots)
         return out
 
-    def pick(self, active: dict[str, int]) -> str | None:
+    def pick(self, active: dict[str, int], key=None) -> str | None:
         """The most deserving leaf among those with ``active[path] > 0`` leaves beneath."""
+        key = key or self.key
         nodes = self.tree.nodes
         siblings = self.tree.roots
         while True:
@@ -106,7 +138,7 @@ class FairShareView:
             best_key = None
             for path in siblings:
                 if active.get(path, 0) > 0:
-                    k = self.key(path)
+                    k = key(path)
                     if best_key is None or k < best_key:
                         best, best_key = path, k
             if best is None:

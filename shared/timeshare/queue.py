@@ -48,19 +48,22 @@ class LeafQueue:
 def walk(queues: list[LeafQueue], limit):
     """Yield ``(key, gpus)`` of several queues merged in key order, among sizes below ``limit()``.
 
-    ``limit`` is re-read after every item, so a caller that learns a size cannot be placed
+    ``limit`` (one callable, or one per queue) is re-read after every item, so a caller
+    that learns a size cannot be placed
     lowers it and larger groups drop out. Entries may be removed or added during the walk:
     each group resumes after the last key it yielded, so nothing is yielded twice (an entry
     added behind that point waits for the next pass).
     """
-    groups = [(g, keys) for q in queues for g, keys in q.by_size.items()]
+    groups = [(g, keys, qi) for qi, q in enumerate(queues) for g, keys in q.by_size.items()]
     last: list = [None] * len(groups)
+    per_queue = isinstance(limit, (list, tuple))
     while True:
-        bound = limit()
+        bounds = [f() for f in limit] if per_queue else None
+        bound = None if per_queue else limit()
         best = None
         best_i = -1
-        for i, (g, keys) in enumerate(groups):
-            if g >= bound or not keys:
+        for i, (g, keys, qi) in enumerate(groups):
+            if g >= (bounds[qi] if per_queue else bound) or not keys:
                 continue
             after = last[i]
             c = 0 if after is None else bisect_right(keys, after)

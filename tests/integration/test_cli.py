@@ -1,0 +1,51 @@
+"""The CLI against a live gateway (a real subprocess of ``timeshare``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def timeshare(stack, token: str, *argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TIMESHARE_URL=stack["gateway"].url, TIMESHARE_TOKEN=token,
+               PYTHONPATH=f"{ROOT / 'shared'}:{ROOT}")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "timeshare.cli", *argv, env=env,
+                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await proc.communicate()
+    return subprocess.CompletedProcess(argv, proc.returncode, out.decode(), err.decode())
+
+
+async def test_cli_submit_status_queue_budget_and_errors(stack):
+    r = await timeshare(stack, "tok-alice", "submit", "--project", "alpha/train", "--gpus", "4", "--work", "1h",
+                        "--min-runtime", "10m", "--json")
+    assert r.returncode == 0, r.stderr
+    wid = json.loads(r.stdout)["workload_id"]
+    for _ in range(50):
+        r = await timeshare(stack, "tok-alice", "status", wid)
+        if r.returncode == 0 and "running" in r.stdout:
+            break
+        await asyncio.sleep(0.1)
+    assert "running" in r.stdout and "workload.started" in r.stdout
+    r = await timeshare(stack, "tok-alice", "budget", "set", "beta/debug=3", "--reason", "not mine")
+    assert r.returncode == 1 and "403" in r.stderr and "alice manages alpha" in r.stderr
+    r = await timeshare(stack, "tok-admin", "budget", "set", "beta=2", "--reason", "grow beta")
+    assert r.returncode == 0 and "beta: 1.0 -> 2.0" in r.stdout
+    r = await timeshare(stack, "tok-admin", "budget", "show")
+    assert r.returncode == 0 and "beta" in r.stdout
+    r = await timeshare(stack, "tok-admin", "queue")
+    assert r.returncode == 0 and "0 pending" in r.stdout
+    r = await timeshare(stack, "tok-admin", "nodes", "--json")
+    assert {n["name"] for n in json.loads(r.stdout)["nodes"]} == {"H100-000", "H100-001"}
+    r = await timeshare(stack, "tok-carol", "cancel", wid)
+    assert r.returncode == 1 and "403" in r.stderr
+    r = await timeshare(stack, "tok-alice", "cancel", wid)
+    assert r.returncode == 0, r.stderr
