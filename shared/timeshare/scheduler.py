@@ -194,23 +194,31 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         start(w, nodes)
 
     # -- phase 4: everything else (unallocated work, allocated work beyond due shares),
-    # ordered by all GPUs each subtree runs against its due share; a request may preempt
-    # unallocated work of subtrees that run more than it would, counting the request -----
+    # ordered by all GPUs each subtree runs against its due share. An allocated request may
+    # preempt any unallocated work; an unallocated request only unallocated work of subtrees
+    # that run more than it would, counting the request (free capacity is shared fairly) --
     active.clear()
     walkers: dict[str, object] = {}
-    failed: dict[str, float] = {}
+    failed: dict[tuple[str, str], float] = {}
     for leaf in tree.leaves:
-        qs = [q for q in (state.queues.get((gpu_type, leaf, "u")), state.queues.get((gpu_type, leaf, "a")))
-              if q is not None and q.count]
+        qs, limits = [], []
+        for cls in ("u", "a"):
+            q = state.queues.get((gpu_type, leaf, cls))
+            if q is None or not q.count:
+                continue
+            # unallocated and allocated requests may preempt different victims, so each
+            # class keeps its own smallest failed size
+            failed[(leaf, cls)] = math.inf
+
+            def limit4(key=(leaf, cls)) -> float:
+                cap = min(failed[key] - 1, pool.open_limit(), pool.free_gpus + state.unallocated_gpus[gpu_type])
+                return max(pool.fit_limit(), cap) + 1
+
+            qs.append(q)
+            limits.append(limit4)
         if not qs:
             continue
-        failed[leaf] = math.inf
-
-        def limit4(leaf=leaf) -> float:
-            cap = min(failed[leaf] - 1, pool.open_limit(), pool.free_gpus + state.unallocated_gpus[gpu_type])
-            return max(pool.fit_limit(), cap) + 1
-
-        walkers[leaf] = walk(qs, limit4)
+        walkers[leaf] = walk(qs, limits)
         for path in tree.paths[leaf]:
             active[path] = active.get(path, 0) + 1
     while True:
@@ -229,22 +237,32 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         if nodes is not None:
             start(w, nodes)
             continue
+        failed_key = (leaf, w.queue_class)
         if not state.unallocated_gpus[gpu_type]:
-            failed[leaf] = gpus
+            failed[failed_key] = gpus
             continue
-        richer = {other: (a, b) for other, a, b in tree.splits[leaf]
-                  if view.total_fill(a, gpus) + hysteresis < view.total_fill(b)}
-        plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
-                                 unallocated_from=set(richer), memo_space="beyond") if richer else None)
+        if allocated:
+            richer = None  # any allocated request may preempt unallocated work
+            plan = _preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
+                                    memo_space="beyond")
+        else:
+            richer = {other: (a, b) for other, a, b in tree.splits[leaf]
+                      if view.total_fill(a, gpus) + hysteresis < view.total_fill(b)}
+            plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, None,
+                                     unallocated_from=set(richer), memo_space="free") if richer else None)
         if plan is None:
-            failed[leaf] = gpus
+            failed[failed_key] = gpus
             continue
         nodes, victims, _ = plan
         for v in victims:
-            reason = ev.PreemptionReason(
-                kind="unallocated", by_workload_id=w.id, by_project=w.leaf,
-                message=(f"{v.id} ran on unallocated time and {richer[v.leaf][1]} ran more GPUs for its due share "
-                         f"than {richer[v.leaf][0]} would with {w.id}, so the capacity went to {w.leaf}"))
+            if richer is None:
+                reason = _reason(v, w, {}, view, hysteresis)
+            else:
+                reason = ev.PreemptionReason(
+                    kind="unallocated", by_workload_id=w.id, by_project=w.leaf,
+                    message=(f"{v.id} ran on unallocated time and {richer[v.leaf][1]} ran more GPUs for its due "
+                             f"share than {richer[v.leaf][0]} would with {w.id}, so the free capacity went to "
+                             f"{w.leaf}"))
             for e in state.preempted(v, now_s, reason):
                 state.apply(e)
                 out.append(e)
@@ -272,8 +290,9 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         return v.leaf in victims_of and not v.is_protected(now_s)
 
     def cost(v: Workload) -> tuple:
-        if not v.allocated:
-            return (0, 0.0, lost_gpu_s(v, now_s), v.id)
+        if not v.allocated:  # unallocated first: from the subtree running most for its due share
+            split = state.tree.divergence(leaf, v.leaf)
+            return (0, -view.total_fill(split[1]) if split else 0.0, lost_gpu_s(v, now_s), v.id)
         return (1, -view.fill(victims_of[v.leaf][1]), lost_gpu_s(v, now_s), v.id)
 
     if gpus > gpn:

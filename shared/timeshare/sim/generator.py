@@ -116,6 +116,8 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
             rate_per_s = team_gpu_s / (team_mean_gpus * mean_work_s) / horizon_s
             if rate_per_s <= 0:
                 continue
+            # one stream per (class, team): a shorter run sees a prefix of a longer one
+            rng = random.Random(f"{seed}:{kind}:{team}")
             t = 0.0
             n = 0
             peak = 1.0 + diurnal
