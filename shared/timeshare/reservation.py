@@ -31,11 +31,11 @@ class Reservation(NamedTuple):
 
 
 def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: float,
-                     victims_for: Callable[[str, int], dict]) -> Reservation | None:
+                     victims_for: Callable[[str, int], dict], queues: dict | None = None) -> Reservation | None:
     gpn = pool.gpus_per_node
     gpu_type = pool.gpu_type
     for leaf in view.leaf_order():
-        q = state.queues.get((gpu_type, leaf, "a"))
+        q = (state.queues if queues is None else queues).get((gpu_type, leaf, "a"))
         if q is None or not q.count or state.tree.nodes[leaf].fraction <= 0:
             continue
         gangs = [(q.by_size[g][0], g) for g in q.by_size if g > gpn]

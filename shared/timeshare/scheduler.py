@@ -24,9 +24,9 @@ from . import events as ev
 from .cluster import Pool
 from .fairshare import FairShareView
 from .placement import find_victims, lost_gpu_s, preemptible_nodes
-from .queue import walk
+from .queue import LeafQueue, walk
 from .reservation import plan_reservation
-from .state import SchedulerState, Workload
+from .state import PENDING, SchedulerState, Workload
 
 
 def may_end_now(w: Workload, now_s: float) -> bool:
@@ -48,6 +48,7 @@ class BudgetPolicy:
         for gpu_type, pool in state.cluster.pools.items():
             if state.pending_by_pool[gpu_type]:
                 out += _schedule_pool(state, pool, now_s)
+        state.tree_changed = False
         return out
 
     def drain_blocked_until_s(self, w: Workload, now_s: float) -> float:
@@ -78,6 +79,21 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
     unprotected = state.unprotected_gpus[gpu_type]
     gpn = pool.gpus_per_node
     workloads = state.workloads
+    queues = state.queues
+    fresh = state.fresh_pending[gpu_type]
+    if pool.change_seq == state.pass_seq.get(gpu_type) and not state.tree_changed:
+        # quick pass: no node changed since the last pass, so everything that waited then
+        # still cannot start; only work that arrived since can (Slurm's quick scheduling of
+        # new jobs between full passes). The next change brings a full pass.
+        queues = {}
+        for wid in fresh:
+            w = workloads[wid]
+            if w.state == PENDING:
+                q = queues.get((gpu_type, w.leaf, w.queue_class))
+                if q is None:
+                    q = queues[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
+                q.add(w.gpus, w.key)
+    fresh.clear()
 
     def start(w: Workload, nodes) -> None:
         e = state.started(w, nodes, now_s)
@@ -119,7 +135,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
     turns: dict[str, _LeafTurn] = {}
     fit_limit = pool.fit_limit()
     open_limit = pool.open_limit()
-    reservation = plan_reservation(state, pool, view, now_s, victims_for)
+    reservation = plan_reservation(state, pool, view, now_s, victims_for, queues)
 
     def excluded_for(w: Workload) -> frozenset[int]:
         """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
@@ -129,7 +145,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         return reservation.nodes
 
     for leaf in tree.leaves:
-        q = state.queues.get((gpu_type, leaf, "a"))
+        q = queues.get((gpu_type, leaf, "a"))
         if q is None or not q.count or tree.nodes[leaf].fraction <= 0:
             continue
         min_gpus = q.min_gpus()
@@ -154,7 +170,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
             break
         turn = turns[leaf]
         if turn.walker is None:
-            q = state.queues[(gpu_type, leaf, "a")]
+            q = queues[(gpu_type, leaf, "a")]
 
             def limit(turn=turn, leaf=leaf, q=q) -> float:
                 room = share_room(leaf)
@@ -174,6 +190,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
             continue
         key, gpus = item
         w = workloads[key[2]]
+        if w.state != PENDING:
+            continue  # a quick pass's copy of a workload that already started
         exclude = excluded_for(w)
         nodes = pool.find_free(gpus, exclude)
         if nodes is not None:
@@ -194,16 +212,18 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         start(w, nodes)
 
     # -- phase 4: everything else (unallocated work, allocated work beyond due shares),
-    # ordered by all GPUs each subtree runs against its due share. An allocated request may
-    # preempt any unallocated work; an unallocated request only unallocated work of subtrees
-    # that run more than it would, counting the request (free capacity is shared fairly) --
+    # ordered by all GPUs each subtree runs (allocated or not) against its due share. An
+    # allocated request may preempt any unallocated work (the contract: unallocated time is
+    # never protected), taking it from the subtree that runs most for its due share first;
+    # an unallocated request only that of subtrees that run more than it would, counting the
+    # request, so free capacity is shared fairly ---------------------------------------------
     active.clear()
     walkers: dict[str, object] = {}
     failed: dict[tuple[str, str], float] = {}
     for leaf in tree.leaves:
         qs, limits = [], []
         for cls in ("u", "a"):
-            q = state.queues.get((gpu_type, leaf, cls))
+            q = queues.get((gpu_type, leaf, cls))
             if q is None or not q.count:
                 continue
             # unallocated and allocated requests may preempt different victims, so each
@@ -231,6 +251,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
             continue
         key, gpus = item
         w = workloads[key[2]]
+        if w.state != PENDING:
+            continue
         allocated = w.spec.min_runtime_s > 0 and tree.nodes[leaf].fraction > 0
         exclude = excluded_for(w) if allocated else frozenset()
         nodes = pool.find_free(gpus, exclude)
@@ -241,33 +263,39 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         if not state.unallocated_gpus[gpu_type]:
             failed[failed_key] = gpus
             continue
-        if allocated:
-            richer = None  # any allocated request may preempt unallocated work
-            plan = _preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
-                                    memo_space="beyond")
-        else:
-            richer = {other: (a, b) for other, a, b in tree.splits[leaf]
-                      if view.total_fill(a, gpus) + hysteresis < view.total_fill(b)}
-            plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, None,
-                                     unallocated_from=set(richer), memo_space="free") if richer else None)
+        # unallocated work it may preempt: any (allocated request), or that of subtrees that
+        # run more than it would with the request (unallocated request)
+        total = view.total_fill
+        unalloc = view.unallocated_running_gpus
+        richer = {}
+        reachable = pool.free_gpus
+        for other, a, b in tree.splits[leaf]:
+            if unalloc[other]:
+                theirs = total(b)
+                if allocated or total(a, gpus) + hysteresis < theirs:
+                    richer[other] = (a, b)
+                    reachable += unalloc[other]
+        plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
+                                 unallocated_from=set(richer), memo_space="beyond" if allocated else "free")
+                if reachable >= gpus else None)
         if plan is None:
             failed[failed_key] = gpus
             continue
         nodes, victims, _ = plan
         for v in victims:
-            if richer is None:
-                reason = _reason(v, w, {}, view, hysteresis)
-            else:
-                reason = ev.PreemptionReason(
-                    kind="unallocated", by_workload_id=w.id, by_project=w.leaf,
-                    message=(f"{v.id} ran on unallocated time and {richer[v.leaf][1]} ran more GPUs for its due "
-                             f"share than {richer[v.leaf][0]} would with {w.id}, so the free capacity went to "
-                             f"{w.leaf}"))
+            a, b = richer[v.leaf]
+            reason = ev.PreemptionReason(
+                kind="unallocated", by_workload_id=w.id, by_project=w.leaf, preemptor_subtree=a, victim_subtree=b,
+                preemptor_fill=round(total(a, gpus), 6), victim_fill=round(total(b), 6),
+                message=(f"{v.id} ran on unallocated time ({b} ran {total(b):.0%} of its due share in all); "
+                     + (f"{w.id} ({w.leaf}) asked for allocated time" if allocated else
+                        f"{a} would run {total(a, gpus):.0%} of its due share with {w.id}")))
             for e in state.preempted(v, now_s, reason):
                 state.apply(e)
                 out.append(e)
             view.charge(v.leaf, -v.gpus, v.allocated)
         start(w, nodes)
+    state.pass_seq[gpu_type] = pool.change_seq
     return out
 
 

@@ -106,6 +106,11 @@ class SchedulerState:
         self._id_prefix = id_prefix
         #: scheduler's cache of failed victim searches (an optimisation, never a decision)
         self.victim_memo: dict = {}
+        #: work that became pending since the last pass, and each pool's change stamp then
+        #: (a pass with no node changed since need only look at fresh work)
+        self.fresh_pending: dict[str, list[str]] = {t: [] for t in cluster.pools}
+        self.pass_seq: dict[str, int] = {}
+        self.tree_changed = False
         self.last_event_ms = 0
 
     # -- ids and time ---------------------------------------------------------------------
@@ -288,11 +293,13 @@ class SchedulerState:
                 node.pool.set_state(node, NODE_HEALTHY)
             case ev.BudgetChanged():
                 self.tree = AllocationTree.from_shares(e.new)
+                self.tree_changed = True
             case _:
                 raise TypeError(f"unknown event {e!r}")
 
     def _enqueue(self, w: Workload) -> None:
         w.state = PENDING
+        self.fresh_pending[w.gpu_type].append(w.id)
         self.queue(w.gpu_type, w.leaf, w.queue_class).add(w.gpus, w.key)
         self.pending_count += 1
         self.pending_by_pool[w.gpu_type] += 1
