@@ -49,19 +49,25 @@ class BaselinePolicy:
         # smallest request that failed to preempt, per priority rank (lower ranks have fewer victims)
         fail_at = {rank: math.inf for rank in PRIORITY_RANK.values()}
         preemptible_running = [True]
+        current_rank = [max(PRIORITY_RANK.values())]
 
         def limit() -> float:
-            fit = pool.whole_free_nodes() * pool.gpus_per_node if pool.whole_free_nodes() > 1 else pool.max_free_on_a_node()
-            best_fail = max(fail_at.values()) if preemptible_running[0] else 0
-            return max(fit, best_fail - 1) + 1
+            # the walk yields higher priorities first, so what is left has at most the
+            # current rank, and no more victims than it had
+            fail = fail_at[current_rank[0]] if preemptible_running[0] else 0
+            return max(pool.fit_limit(), fail - 1) + 1
 
         preemptible_running[0] = any(not w.non_preemptible for w in state.running.values() if w.gpu_type == gpu_type)
         for key, gpus in walk(queues, limit):
             w = state.workloads[key[2]]
             rank = -key[0]
+            current_rank[0] = rank
             nodes = pool.find_free(gpus)
             if nodes is None:
                 if gpus >= fail_at[rank] or not preemptible_running[0]:
+                    continue
+                if rank == 0:  # nothing ranks below the lowest priority: no victims
+                    fail_at[0] = min(fail_at[0], gpus)
                     continue
 
                 def may_preempt(v: Workload, rank=rank) -> bool:
