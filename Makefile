@@ -1,27 +1,46 @@
+# timeshare — the two commands a newcomer needs: `make run` and `make test`.
 PY ?= .venv/bin/python
 PIP ?= .venv/bin/pip
+PYTHON ?= python3
 
-.PHONY: setup run test bench schemas simulate clean
+.PHONY: setup run simulate test test-fast bench bench-live bench-report schemas clean
 
 setup: .venv/.installed
 
 .venv/.installed: pyproject.toml
-	python3 -m venv .venv
+	$(PYTHON) -m venv .venv
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev]'
 	touch $@
 
+# The live stack: NATS JetStream + PostgreSQL + every service + a demo cluster and a steady
+# flow of synthetic submissions. Prints the gateway URL; Ctrl-C stops everything.
 run: setup
+	$(PY) -m services.devstack
+
+# The built-in 30-day scenario under every policy, with report.html.
+simulate: setup
 	$(PY) -m timeshare.cli simulate examples/ai2-like/scenario.toml --out out/ai2-like
 
+# pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 test: setup
-	$(PY) -m pytest
+	@$(PY) -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow and not integration"
 
 bench: setup
 	$(PY) benchmarks/bench_sim.py
 
+bench-live: setup
+	$(PY) benchmarks/bench_live.py
+
+bench-report: setup
+	$(PY) benchmarks/bench_report.py
+
 schemas: setup
 	$(PY) -m timeshare.schemas schemas
+	$(PY) -m services.schemas schemas
 
 clean:
 	rm -rf out .pytest_cache

@@ -88,12 +88,15 @@ class WorkloadRequeued(_Event, frozen=True, kw_only=True, tag="workload.requeued
 class WorkloadCompleted(_Event, frozen=True, kw_only=True, tag="workload.completed"):
     workload_id: str
     exit_code: int = 0
+    #: the run it reports on (an executor's late report of an older run is refused)
+    attempt: int | None = None
 
 
 class WorkloadFailed(_Event, frozen=True, kw_only=True, tag="workload.failed"):
     workload_id: str
     reason: str
     exit_code: int | None = None
+    attempt: int | None = None
 
 
 class WorkloadCancelled(_Event, frozen=True, kw_only=True, tag="workload.cancelled"):
