@@ -1,19 +1,20 @@
 """One scheduling pass of the budget policy: snapshot -> order -> fit or preempt -> events.
 
-Phases of a pass (each pass is a pure function of the state and ``now_s``):
+Phases of a pass (a pure function of the state and ``now_s``; see fairshare.py for fills):
 
 1. protection: allocated work whose minimum runtime ended becomes preemptible
    (``workload.min_runtime_reached``);
 2. drains: on cordoned nodes, work that may end now is preempted; empty nodes are drained;
-3. per GPU type, allocated requests in fair-share order (most deserving leaf first, then
-   priority, submit time, id): start on free GPUs, else preempt the cheapest eligible victims;
-4. per GPU type, unallocated requests (min runtime 0, or a leaf with no budget) in the same
-   order, on free GPUs only.
+3. per GPU type, allocated requests *within due shares*, the most deserving leaf first (re-
+   picked after every start): start on free GPUs, else preempt the cheapest eligible victims
+   (unallocated work, or allocated work past its minimum runtime of a subtree running above
+   its due share, see ``victims_for``), respecting a gang reservation;
+4. per GPU type, everything else (unallocated requests, allocated requests beyond due
+   shares), ordered by all GPUs each subtree runs against its due share; allocated requests
+   may preempt any unallocated work, unallocated requests only that of richer subtrees.
 
-A request may preempt unallocated work at any time, and allocated work past its minimum
-runtime whose subtree is less deserving than the requester's, at the level where their paths
-part, by more than the hysteresis. Victims: unallocated first, then the least deserving, then
-the least progress lost, then id.
+Victims: unallocated first, then the least deserving, then the least progress lost, then id.
+A pass with no node changed since the previous one only looks at work that arrived since.
 """
 
 from __future__ import annotations
