@@ -70,7 +70,8 @@ def asyncapi() -> dict:
     for cmd, desc in (("budget.set", "budget: change shares (reply: changed + fractions, or error + status)"),
                       ("health.report", "health: a node's health check result"),
                       ("health.repaired", "health: a human declares a node repaired"),
-                      ("executor.advance", "executor (manual clock): end simulated work due by now_ms")):
+                      ("executor.advance", "executor (manual clock): {now_ms, log_seq}: apply the log up to log_seq, then end simulated "
+                                           "work due by now_ms (reply: completed ids)")):
         channels["cmd." + cmd] = {"address": subjects.cmd_subject("{cluster}", cmd), "parameters": {"cluster": {}},
                                   "description": "request/reply, core NATS (not stored). " + desc}
     for q, desc in (("queue", "placement: pending work in scheduling order with ordering keys"),
@@ -86,7 +87,8 @@ def asyncapi() -> dict:
     channels["control.tick"] = {"address": subjects.inbox_subject("{cluster}", subjects.TICK),
                                 "parameters": {"cluster": {}},
                                 "description": "manual clock only: {\"at_ms\"}; placement runs one pass at that time "
-                                               "and replies to the Timeshare-Reply header subject"}
+                                               "and replies to the Timeshare-Reply header subject (pending, running, "
+                                               "next_protection_expiry_ms, log_seq)"}
     return {"asyncapi": "3.0.0",
             "info": {"title": "timeshare services", "version": "1.0.0",
                      "description": "Event-sourced GPU scheduler: the inbox/log/dead-letter streams and the "

@@ -34,10 +34,12 @@ log = logging.getLogger("timeshare.executor")
 
 
 class Running:
-    __slots__ = ("workload_id", "attempt", "end_ms", "spec", "placement", "handle", "procs", "stopping")
+    __slots__ = ("workload_id", "attempt", "end_ms", "spec", "placement", "handle", "procs", "stopping",
+                 "started_seq")
 
-    def __init__(self, workload_id, attempt, end_ms, spec, placement):
+    def __init__(self, workload_id, attempt, end_ms, spec, placement, started_seq: int = 0):
         self.workload_id = workload_id
+        self.started_seq = started_seq
         self.attempt = attempt
         self.end_ms = end_ms
         self.spec = spec
@@ -64,6 +66,9 @@ class Executor:
         self.tasks: list[asyncio.Task] = []
         self.subs = []
         self.reported = 0
+        #: stream sequence of the last log message applied (``advance`` waits for a given one)
+        self.last_seq = 0
+        self.seq_changed = asyncio.Condition()
 
     async def start(self) -> "Executor":
         if self.bus is None:
@@ -98,17 +103,23 @@ class Executor:
     # -- following the log ------------------------------------------------------------------
     async def _on_batch(self, msgs, live: bool) -> None:
         for m in msgs:
+            seq = m.metadata.sequence.stream
             try:
                 e = decode_event(m.data)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue  # placement never appends what it cannot decode
-            self._apply(e)
+            finally:
+                self.last_seq = max(self.last_seq, seq)
+            self._apply(e, seq)
         if live:
             for r in list(self.running.values()):
                 if r.handle is None and not r.procs and not r.stopping:
                     self._launch(r)
+        if msgs:
+            async with self.seq_changed:
+                self.seq_changed.notify_all()
 
-    def _apply(self, e) -> None:
+    def _apply(self, e, seq: int = 0) -> None:
         match e:
             case ev.WorkloadSubmitted():
                 self.specs[e.workload.id] = e.workload
@@ -116,7 +127,7 @@ class Executor:
                 spec = self.specs[e.workload_id]
                 remaining_s = spec.work_s - e.progress_s
                 end_ms = e.at_ms + int(round(remaining_s * 1000 * (1.0 if self.clock.manual else self.settings.time_scale)))
-                self.running[e.workload_id] = Running(e.workload_id, e.attempt, end_ms, spec, e.placement)
+                self.running[e.workload_id] = Running(e.workload_id, e.attempt, end_ms, spec, e.placement, seq)
             case ev.WorkloadPreempted() | ev.WorkloadCancelled() | ev.WorkloadFailed() | ev.WorkloadCompleted():
                 r = self.running.pop(e.workload_id, None)
                 if r is not None:
@@ -143,11 +154,12 @@ class Executor:
         r.stopping = True
         if exit_code == 0:
             e = ev.WorkloadCompleted(event_id=ended_id("done", r.workload_id, r.attempt), at_ms=at_ms,
-                                     cluster=self.cluster, workload_id=r.workload_id)
+                                     cluster=self.cluster, workload_id=r.workload_id, attempt=r.attempt)
         else:
             e = ev.WorkloadFailed(event_id=ended_id("fail", r.workload_id, r.attempt), at_ms=at_ms,
                                   cluster=self.cluster, workload_id=r.workload_id,
-                                  reason=reason or f"exit code {exit_code}", exit_code=exit_code)
+                                  reason=reason or f"exit code {exit_code}", exit_code=exit_code,
+                                  attempt=r.attempt)
         try:
             await self.bus.propose(e)
             self.reported += 1
@@ -156,18 +168,33 @@ class Executor:
             r.stopping = False
 
     # -- manual clock -----------------------------------------------------------------------
-    async def advance(self, now_ms: int) -> list[str]:
-        """End every simulated workload due by ``now_ms`` (stamped at its own end time)."""
+    async def wait_for_seq(self, seq: int, timeout_s: float = 10.0) -> None:
+        """Return once the log has been applied up to stream sequence ``seq``."""
+        async with self.seq_changed:
+            await asyncio.wait_for(self.seq_changed.wait_for(lambda: self.last_seq >= seq), timeout_s)
+
+    async def advance(self, now_ms: int, log_seq: int = 0) -> list[str]:
+        """End every simulated workload due by ``now_ms`` (stamped at its own end time).
+
+        ``log_seq``: first apply the log up to this stream sequence (the driver's last
+        tick), so work started by it is known. Work ending at the same moment is reported in
+        the order it started (the simulator's order)."""
+        if log_seq:
+            await self.wait_for_seq(log_seq)
         due = sorted((r for r in self.running.values() if r.end_ms <= now_ms and not r.stopping),
-                     key=lambda r: (r.end_ms, r.workload_id))
+                     key=lambda r: (r.end_ms, r.started_seq, r.workload_id))
         for r in due:
             await self._report(r, 0, r.end_ms)
         return [r.workload_id for r in due]
 
     async def _on_advance(self, msg) -> None:
         body = msgspec.json.decode(msg.data)
-        done = await self.advance(int(body["now_ms"]))
-        await msg.respond(reply_json({"completed": done}))
+        try:
+            done = await self.advance(int(body["now_ms"]), int(body.get("log_seq") or 0))
+        except asyncio.TimeoutError:
+            return await msg.respond(reply_json({"error": f"the executor has not seen log seq {body.get('log_seq')} "
+                                                          f"(it is at {self.last_seq})", "status": 504}))
+        await msg.respond(reply_json({"completed": done, "log_seq": self.last_seq}))
 
     # -- processes --------------------------------------------------------------------------
     async def _run_processes(self, r: Running) -> None:

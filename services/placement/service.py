@@ -257,6 +257,7 @@ class Placement:
         if msgs:
             await msgs[-1].ack()
         for reply, body in replies:
+            body["log_seq"] = self.last_log_seq  # the log holds the pass's decisions up to here
             await self.bus.nc.publish(reply, reply_json(body))
 
     def _pass(self, now_ms: int) -> list[ev.Event]:
@@ -303,7 +304,7 @@ class Placement:
                 w = state.workloads.get(e.workload_id)
                 if w is None:
                     raise Rejected(f"unknown workload {e.workload_id!r}")
-                attempt = attempt_of(e.event_id)
+                attempt = e.attempt if e.attempt is not None else attempt_of(e.event_id)  # older ids say it
                 if w.state != RUNNING or (attempt is not None and attempt != w.attempt):
                     raise Rejected(f"stale report for {e.workload_id}: it is {w.state} in attempt {w.attempt}, "
                                    f"the report is about attempt {attempt}")

@@ -7,6 +7,8 @@
   (censored), so starved work is not hidden;
 * owed(team, hour) = min(fraction x pool GPUs x 1 h, GPU-h the team's workloads asked for in
   that hour, pending or running); attainment = sum of min(delivered, owed) / sum of owed;
+  ``attainment_funded`` counts only funded workloads (min runtime > 0 on a budget) as asking
+  and as delivered, under every policy: what the budgets themselves promise;
 * a drain needs a human when its node could not be emptied within the cap on minimum runtime
   without ending work the policy forbids preempting.
 """
@@ -86,6 +88,9 @@ class MetricsCollector:
         self.unallocated_gpu_s = 0.0
         self.delivered = _Rates()   # (leaf, pool) -> running GPUs
         self.demand = _Rates()      # (leaf, pool) -> pending or running GPUs
+        # the same for funded work only (min runtime > 0 on a budget; delivered as allocated)
+        self.delivered_funded = _Rates()
+        self.demand_funded = _Rates()
         self.in_service = _Rates()  # pool -> GPUs of nodes in service
         self.preemptions = 0
         self.preemptions_by_reason: dict[str, int] = defaultdict(int)
@@ -113,11 +118,18 @@ class MetricsCollector:
         if not allocated:
             self.unallocated_gpu_s += ran
         self.delivered.change((leaf, pool), t, -gpus)
+        if self._funded(self.specs[wid]):
+            self.delivered_funded.change((leaf, pool), t, -gpus)
         return t - start
 
     def _end(self, wid: str, t: float) -> None:
         spec = self.specs[wid]
         self.demand.change((spec.project, spec.gpu_type), t, -spec.gpus)
+        if self._funded(spec):
+            self.demand_funded.change((spec.project, spec.gpu_type), t, -spec.gpus)
+
+    def _funded(self, spec) -> bool:
+        return spec.min_runtime_s > 0 and self.tree.nodes[spec.project].fraction > 0
 
     def observe(self, e: ev.Event) -> None:
         self.events += 1
@@ -129,6 +141,8 @@ class MetricsCollector:
                 self.submit_s[spec.id] = t
                 self.resubmit_of[spec.id] = e.resubmit_of
                 self.demand.change((spec.project, spec.gpu_type), t, spec.gpus)
+                if self._funded(spec):
+                    self.demand_funded.change((spec.project, spec.gpu_type), t, spec.gpus)
             case ev.WorkloadStarted():
                 wid = e.workload_id
                 spec = self.specs[wid]
@@ -144,6 +158,8 @@ class MetricsCollector:
                     self.first_wait[wid] = wait
                 self.running[wid] = (t, e.gpus, e.allocated, e.project, e.gpu_type, spec.kind)
                 self.delivered.change((e.project, e.gpu_type), t, e.gpus)
+                if self._funded(spec):
+                    self.delivered_funded.change((e.project, e.gpu_type), t, e.gpus)
             case ev.WorkloadPreempted():
                 self._stop_running(e.workload_id, t)
                 self.preemptions += 1
@@ -180,6 +196,24 @@ class MetricsCollector:
                     self.out_of_service.discard(e.node)
                     self.in_service.change(self.node_pool[e.node], t, self.node_gpus[e.node])
 
+    def _attainment(self, delivered: _Rates, demand: _Rates) -> dict:
+        teams = {}
+        owed_total = got_total = 0.0
+        for leaf in self.tree.leaves:
+            owed_h = got_h = 0.0
+            fraction = self.tree.nodes[leaf].fraction
+            for pool, gpus in self.pool_gpus.items():
+                entitled = fraction * gpus * HOUR_S
+                d_bins = delivered.bins.get((leaf, pool), {})
+                for h, asked in demand.bins.get((leaf, pool), {}).items():
+                    owed = min(entitled, asked)
+                    owed_h += owed
+                    got_h += min(d_bins.get(h, 0.0), owed)
+            teams[leaf] = (owed_h, got_h)
+            owed_total += owed_h
+            got_total += got_h
+        return {"teams": teams, "owed": owed_total, "got": got_total}
+
     def _out_of_service(self, node: str, t: float) -> None:
         if node not in self.out_of_service:
             self.out_of_service.add(node)
@@ -188,8 +222,8 @@ class MetricsCollector:
     def finish(self, end_s: float, wall_s: float, simulated_s: float) -> dict:
         for wid in list(self.running):
             self._stop_running(wid, end_s)
-        self.delivered.close(end_s)
-        self.demand.close(end_s)
+        for rates in (self.delivered, self.demand, self.delivered_funded, self.demand_funded):
+            rates.close(end_s)
         self.in_service.close(end_s)
 
         waits: list[float] = []
@@ -230,7 +264,12 @@ class MetricsCollector:
                 "delivered_gpu_hours": round(delivered_h / HOUR_S, 3),
                 "attainment": round(got_h / owed_h, 6) if owed_h else None,
             }
+        funded = self._attainment(self.delivered_funded, self.demand_funded)
+        for leaf, (owed_h, got_h) in funded["teams"].items():
+            teams[leaf]["funded_owed_gpu_hours"] = round(owed_h / HOUR_S, 3)
+            teams[leaf]["funded_attainment"] = round(got_h / owed_h, 6) if owed_h else None
         rated = [v["attainment"] for v in teams.values() if v["attainment"] is not None]
+        rated_funded = [v["funded_attainment"] for v in teams.values() if v["funded_attainment"] is not None]
         in_service_gpu_s = sum(sum(b.values()) for b in self.in_service.bins.values())
         return {
             "occupancy": round(self.busy_gpu_s / in_service_gpu_s, 6) if in_service_gpu_s else 0.0,
@@ -252,6 +291,14 @@ class MetricsCollector:
                 "min_team": min(rated) if rated else None,
                 "teams_at_or_above_95": sum(1 for a in rated if a >= 0.95),
                 "teams": len(rated),
+            },
+            # the same counting only funded workloads (min runtime > 0 on a budget), asked for
+            # and delivered: what the budgets promise
+            "attainment_funded": {
+                "fleet": round(funded["got"] / funded["owed"], 6) if funded["owed"] else None,
+                "min_team": min(rated_funded) if rated_funded else None,
+                "teams_at_or_above_95": sum(1 for a in rated_funded if a >= 0.95),
+                "teams": len(rated_funded),
             },
             "drains": {"total": self.drains, "needing_human": self.drains_needing_human},
             "node_failures": self.node_failures,

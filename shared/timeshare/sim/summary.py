@@ -22,6 +22,8 @@ def summary_rows(metrics_by_policy: dict[str, dict]) -> list[tuple[str, list[str
     row("attainment: fleet", lambda m: _pct(m["attainment"]["fleet"]))
     row("attainment: worst team", lambda m: _pct(m["attainment"]["min_team"]))
     row("teams >= 95% of owed", lambda m: f"{m['attainment']['teams_at_or_above_95']}/{m['attainment']['teams']}")
+    row("funded attainment: fleet / worst", lambda m: "{} / {}".format(
+        _pct(m["attainment_funded"]["fleet"]), _pct(m["attainment_funded"]["min_team"])))
     row("queue wait p50 / p90", lambda m: "{} / {}".format(format_duration_s(m["queue_wait_s"]["overall"]["p50"]),
                                                            format_duration_s(m["queue_wait_s"]["overall"]["p90"])))
     for kind in kinds:
