@@ -136,7 +136,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
     turns: dict[str, _LeafTurn] = {}
     fit_limit = pool.fit_limit()
     open_limit = pool.open_limit()
-    reservation = plan_reservation(state, pool, view, now_s, victims_for, queues)
+    reservation = plan_reservation(state, pool, view, now_s, victims_for)  # over all pending work
 
     def excluded_for(w: Workload) -> frozenset[int]:
         """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
