@@ -91,7 +91,7 @@ class BaselinePolicy:
                         state.apply(e)
                         out.append(e)
             opt_out = w.spec.min_runtime_s > 0 and held.get(w.leaf, 0) + gpus <= caps.get(w.leaf, 0)
-            e = state.started(w, nodes, now_s, non_preemptible=opt_out)
+            e = state.started(w, nodes, now_s, non_preemptible=opt_out, contract=False)
             state.apply(e)
             out.append(e)
             if not opt_out:

@@ -115,10 +115,12 @@ def find_victims(
     by_rack: dict[int, list[tuple[tuple, int]]] = {}
     for c, i in node_costs:
         by_rack.setdefault(pool.nodes[i].rack, []).append((c, i))
+    # one rack wins when its nodes cost no more than the cheapest nodes overall, comparing
+    # costs without their final id (the id only breaks ties, it is not a cost)
     racks = [
         (members[need - 1][0], rack)
         for rack, members in by_rack.items()
-        if len(members) >= need and members[need - 1][0] <= global_worst
+        if len(members) >= need and members[need - 1][0][:-1] <= global_worst[:-1]
     ]
     if racks and len(by_rack) > 1:
         _, rack = min(racks)

@@ -163,15 +163,16 @@ class SchedulerState:
         return ev.WorkloadCancelled(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
                                     workload_id=workload_id, by=by)
 
-    def started(self, w: Workload, nodes: list[Node], now_s: float, non_preemptible: bool = False) -> ev.WorkloadStarted:
+    def started(self, w: Workload, nodes: list[Node], now_s: float, non_preemptible: bool = False,
+                contract: bool = True) -> ev.WorkloadStarted:
         """The event that starts ``w`` on ``nodes`` (GPU ids picked here, lowest free first)."""
         per_node = w.gpus if len(nodes) == 1 else w.spec.gpus // len(nodes)
         placement = []
         for node in nodes:
             ids = [g for g, holder in enumerate(node.slots) if holder is None][:per_node]
             placement.append(ev.NodeGpus(node=node.name, gpu_ids=ids))
-        if non_preemptible:  # baseline: "allocated" means opted out of preemption, no timer
-            allocated, until = True, None
+        if not contract:  # baseline: "allocated" means opted out of preemption, no timer
+            allocated, until = non_preemptible, None
         else:
             allocated = w.spec.min_runtime_s > 0 and self.tree.nodes[w.leaf].fraction > 0
             until = now_s + w.spec.min_runtime_s if allocated else None

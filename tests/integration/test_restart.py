@@ -176,3 +176,28 @@ async def test_duplicate_submission_and_redelivered_events_change_nothing(stack)
     ledger_events = await stack["ledger"].store.journal("events", cluster)
     assert len(ledger_events) == len([e for e in await log_events(bus, cluster)
                                       if not isinstance(e, ev.MinRuntimeReached)])
+
+
+async def test_service_restarts_after_its_durable_was_moved_back(make_settings):
+    """An in-memory store restarts behind its durable, which is recreated at a start sequence;
+    the next start must keep that durable (JetStream refuses to change a deliver policy)."""
+    from nats.js import api
+
+    from services.common.bus import Bus
+
+    settings = make_settings(database_url="memory")
+    bus = await Bus.connect(settings, settings.cluster)
+    try:
+        await bus.ensure_infra()
+        durable = f"health-{settings.cluster}"
+        cfg = (await bus.js.consumer_info(subjects.LOG_STREAM, durable)).config
+        await bus.js.delete_consumer(subjects.LOG_STREAM, durable)
+        cfg.deliver_policy, cfg.opt_start_seq = api.DeliverPolicy.BY_START_SEQUENCE, 1
+        await bus.js.add_consumer(subjects.LOG_STREAM, cfg)  # what Bus._align_durable does
+        await bus.ensure_infra()  # used to fail: "deliver policy can not be updated"
+        info = await bus.js.consumer_info(subjects.LOG_STREAM, durable)
+        assert info.config.deliver_policy == api.DeliverPolicy.BY_START_SEQUENCE
+        stack = await Stack(settings, services=("health",)).start()
+        await stack.stop()
+    finally:
+        await bus.close()

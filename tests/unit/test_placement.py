@@ -163,21 +163,40 @@ def test_protected_work_is_never_a_victim_even_for_an_idle_team():
     assert [w for w, _ in preempted_by(h.schedule(8 * HOUR))] in (["b1"], ["c1"])
 
 
-def test_a_gang_victim_search_frees_whole_nodes_in_one_rack_and_never_touches_protected_work():
+def gang_case():
+    """Rack 0 = nodes 0-1, rack 1 = nodes 2-3; node 0 also holds protected work."""
     h = ScenarioBuilder().pool(nodes=4, gpus_per_node=8, rack_size=2).teams(a=1, b=1).harness()
     place(h, spec("prot", "b", gpus=4, min_runtime="8h", work="20h"), "H100-000")
     place(h, spec("u0", "b", gpus=4, min_runtime=0, work="20h"), "H100-000")
     place(h, spec("u1", "b", gpus=8, min_runtime=0, work="20h"), "H100-001")
     place(h, spec("u2", "b", gpus=8, min_runtime=0, work="20h"), "H100-002")
     place(h, spec("u3", "b", gpus=8, min_runtime=0, work="20h"), "H100-003")
-    state = h.state
-    pool = state.cluster.pool("H100")
-    plan = find_victims(state, pool, 16, lambda w: not w.allocated, lambda w: (w.gpus, w.id))
-    nodes, victims = plan
-    # node 0 holds protected work; nodes 2 and 3 form a whole rack
+    return h.state, h.state.cluster.pool("H100")
+
+
+def test_a_gang_victim_search_frees_whole_nodes_and_never_touches_protected_work():
+    state, pool = gang_case()
+    cost = {"u1": (1, "u1"), "u2": (0, "u2"), "u3": (0, "u3"), "u0": (0, "u0")}
+    nodes, victims = find_victims(state, pool, 16, lambda w: not w.allocated, lambda w: cost[w.id])
     assert [n.index for n in nodes] == [2, 3]
     assert [v.id for v in victims] == ["u2", "u3"]
-    assert find_victims(state, pool, 32, lambda w: not w.allocated, lambda w: (w.gpus, w.id)) is None
+    # node 0's protected work can never be freed, so three whole nodes is the most
+    assert find_victims(state, pool, 24, lambda w: not w.allocated, lambda w: cost[w.id]) is not None
+    assert find_victims(state, pool, 32, lambda w: not w.allocated, lambda w: cost[w.id]) is None
+
+
+def test_a_gang_victim_search_prefers_one_rack_among_free_nodes():
+    h = ScenarioBuilder().pool(nodes=4, gpus_per_node=8, rack_size=2).teams(a=1).harness()
+    place(h, spec("busy", "a", gpus=8), "H100-001")
+    state = h.state
+    nodes, victims = find_victims(state, state.cluster.pool("H100"), 16, lambda w: True, lambda w: (0, w.id))
+    assert ([n.index for n in nodes], victims) == ([2, 3], [])
+
+
+def test_a_gang_victim_search_prefers_one_rack_among_equally_cheap_victims():
+    state, pool = gang_case()
+    nodes, victims = find_victims(state, pool, 16, lambda w: not w.allocated, lambda w: (0, w.id))
+    assert [n.index for n in nodes] == [2, 3]
 
 
 def test_single_node_victim_search_picks_the_node_whose_worst_victim_is_cheapest():

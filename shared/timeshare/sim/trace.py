@@ -29,7 +29,7 @@ def parse_trace_lines(lines, file: str) -> tuple[list[WorkloadSpec], list[int]]:
         except msgspec.ValidationError as exc:
             text = str(exc)
             field = text.split("at `$.", 1)[1].rstrip("`") if "at `$." in text else None
-            if field is None and "missing required field" in text:
+            if field is None and ("missing required field" in text or "unknown field" in text):
                 field = text.split("`")[1]
             raise InputError(file, lineno, field, text) from None
         except msgspec.DecodeError as exc:
