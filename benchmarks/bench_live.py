@@ -48,6 +48,39 @@ rack_size = 16
 TOKENS = {"bench": {"user": "bench", "admin": True}}
 
 
+PIDS: dict[str, list[int]] = {}  # component -> processes, for CPU accounting
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return total
+
+
+def postgres_pids(data_dir: str) -> list[int]:
+    try:
+        master = int(Path(data_dir, "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    out = [master]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == master:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def cpu_snapshot() -> dict[str, float]:
+    return {name: cpu_seconds(pids) for name, pids in PIDS.items()}
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[max(0, int(round(p / 100 * len(xs))) - 1)] if xs else float("nan")
@@ -61,8 +94,17 @@ async def serve(settings_json: str, services: str) -> None:
     settings = Settings(**json.loads(settings_json))
     setup_logging("WARNING")
     stack = await Stack(settings, services=tuple(services.split(","))).start()
+    profile = os.environ.get("BENCH_PROFILE")
+    if profile:  # --profile DIR: a cProfile of each service process while the load runs
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     print("READY", flush=True)
     await wait_for_signal()
+    if profile:
+        prof.disable()
+        prof.dump_stats(os.path.join(profile, services.replace(",", "+") + ".prof"))
     await stack.stop()
 
 
@@ -100,10 +142,11 @@ async def load(args, settings, url: str) -> None:
             async def worker():
                 while queue:
                     b = queue.pop()
-                    sent[b["id"]] = time.perf_counter()
+                    t = time.perf_counter()
                     r = await http.post("/v1/workloads", json=b)
                     if r.status_code != 202:
                         raise RuntimeError(r.text)
+                    sent[r.json()["workload_id"]] = t
 
             await asyncio.gather(*(worker() for _ in range(args.concurrency)))
             return sent
@@ -122,21 +165,34 @@ async def load(args, settings, url: str) -> None:
         await asyncio.sleep(2)
         done.clear()
         watch.clear()
-        bodies = [{"id": f"job-{i}", "project": leaves[i % len(leaves)], "gpu_type": "H100", "gpus": 1,
+        # the measured submissions: like the CLI, no client id (the gateway makes one) unless --ids
+        bodies = [{"project": leaves[i % len(leaves)], "gpu_type": "H100", "gpus": 1,
                    "work_s": 1, "min_runtime_s": 1, "resumable": True} for i in range(args.n)]
-        watch.update(b["id"] for b in bodies)
+        if args.ids:
+            for i, b in enumerate(bodies):
+                b["id"] = f"job-{i}"
+        load0, cpu0 = os.getloadavg()[0], cpu_snapshot()
         t1 = time.perf_counter()
         sent = await post_all(bodies)
         t_sent = time.perf_counter()
-        await asyncio.wait_for(done.wait(), 300)
+        ids = list(sent)
+        watch.update(ids)
+        if not watch <= started.keys():
+            await asyncio.wait_for(done.wait(), 300)
         t_end = time.perf_counter()
-    ids = [b["id"] for b in bodies]
+        cpu1, load1 = cpu_snapshot(), os.getloadavg()[0]
     decision_ms = [started[i][0] - submitted_ms[i] for i in ids if i in submitted_ms]
     e2e_ms = [(started[i][1] - sent[i]) * 1000 for i in ids]
-    print(f"\nlive bench: 1024 GPUs, {args.backlog} pending gangs, {args.n} submissions, "
-          f"{args.concurrency} concurrent HTTP clients, store {settings['database_url'].split('@')[0]}")
+    print(f"\nlive bench: 1024 GPUs, {args.backlog} pending gangs, {args.n} submissions "
+          f"({'client' if args.ids else 'gateway'} ids), {args.concurrency} concurrent HTTP clients, "
+          f"store {settings['database_url'].split('@')[0]}, {os.cpu_count()} CPUs, "
+          f"load average {load0:.1f} -> {load1:.1f} (1 min)")
     print(f"  HTTP accepted:            {args.n / (t_sent - t1):8.0f} submissions/s")
     print(f"  sustained HTTP->started:  {args.n / (t_end - t1):8.0f} submissions/s  ({t_end - t1:.2f}s)")
+    used = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
+    print("  CPU per submission:       " + ", ".join(f"{k} {v / args.n * 1000:.2f} ms" for k, v in used.items())
+          + f"; total {sum(used.values()) / args.n * 1000:.2f} ms"
+          + f" (ceiling on {os.cpu_count()} CPUs: {os.cpu_count() * args.n / max(sum(used.values()), 1e-9):.0f}/s)")
     print(f"  decision latency submitted->started (event times): p50 {pct(decision_ms, 50):.0f} ms, "
           f"p99 {pct(decision_ms, 99):.0f} ms")
     print(f"  end to end HTTP send->started seen:             p50 {pct(e2e_ms, 50):.0f} ms, "
@@ -153,11 +209,16 @@ def main() -> int:
     p.add_argument("--backlog", type=int, default=5000)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--memory", action="store_true", help="in-memory stores instead of PostgreSQL")
+    p.add_argument("--ids", action="store_true", help="measured submissions carry client ids (an existence "
+                   "check per request) instead of gateway-made ones")
+    p.add_argument("--profile", metavar="DIR", help="write a cProfile of each service process into DIR")
     p.add_argument("--serve", help=argparse.SUPPRESS)
     p.add_argument("--services", help=argparse.SUPPRESS)
     args = p.parse_args()
+    from services.common.runner import run_async
+
     if args.serve:
-        asyncio.run(serve(args.serve, args.services))
+        run_async(serve(args.serve, args.services))
         return 0
     import tomllib
 
@@ -178,12 +239,18 @@ def main() -> int:
     for group in ("placement,budget,ledger,health,executor", "gateway"):
         children.append(subprocess.Popen(
             [sys.executable, __file__, "--serve", json.dumps(settings), "--services", group],
-            stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=f"{ROOT / 'shared'}:{ROOT}")))
+            stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=f"{ROOT / 'shared'}:{ROOT}",
+                                             BENCH_PROFILE=os.path.abspath(args.profile) if args.profile else "")))
+        PIDS["gateway" if group == "gateway" else "services"] = [children[-1].pid]
         line = children[-1].stdout.readline().decode()
         if "READY" not in line:
             raise RuntimeError(f"services did not start: {line}")
+    PIDS["load"] = [os.getpid()]
+    PIDS["nats"] = [nats_server.proc.pid]
+    if pg:
+        PIDS["postgres"] = postgres_pids(pg.data_dir)
     try:
-        asyncio.run(load(args, settings, f"http://127.0.0.1:{port}"))
+        run_async(load(args, settings, f"http://127.0.0.1:{port}"))
     finally:
         for child in children:
             child.terminate()

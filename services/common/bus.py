@@ -17,7 +17,7 @@ from typing import Awaitable, Callable, Iterable
 import msgspec
 import nats
 from nats.js import api
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from timeshare import events as ev
 
@@ -86,10 +86,19 @@ class Bus:
             except BadRequestError:
                 await self.js.update_stream(cfg)
         for c in defs["consumers"]:
-            await self.js.add_consumer(c["stream"], api.ConsumerConfig(
-                durable_name=c["durable_name"], filter_subject=c["filter_subject"],
-                ack_policy=api.AckPolicy(c["ack_policy"]), ack_wait=float(c["ack_wait"]),
-                max_ack_pending=int(c["max_ack_pending"]), deliver_policy=api.DeliverPolicy(c["deliver_policy"])))
+            try:
+                await self.js.add_consumer(c["stream"], api.ConsumerConfig(
+                    durable_name=c["durable_name"], filter_subject=c["filter_subject"],
+                    ack_policy=api.AckPolicy(c["ack_policy"]), ack_wait=float(c["ack_wait"]),
+                    max_ack_pending=int(c["max_ack_pending"]), deliver_policy=api.DeliverPolicy(c["deliver_policy"])))
+            except APIError as exc:
+                # a durable that exists with another start position (moved back by
+                # _align_durable after an in-memory store restarted) keeps its position
+                try:
+                    await self.js.consumer_info(c["stream"], c["durable_name"])
+                except NotFoundError:
+                    raise exc from None
+                log.debug("durable %s on %s kept as it is (%s)", c["durable_name"], c["stream"], exc.description)
         for kv in defs["key_value"]:
             try:
                 await self.js.key_value(kv["bucket"])

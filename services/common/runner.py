@@ -23,8 +23,24 @@ async def wait_for_signal() -> None:
     await stop.wait()
 
 
+def event_loop_factory():
+    """uvloop's event loop when it is installed (`pip install uvloop`: about twice the message and
+    HTTP throughput), else asyncio's. uvicorn likewise uses httptools when it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run_async(coro):
+    """``asyncio.run`` on the fastest event loop available."""
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        return runner.run(coro)
+
+
 def run(main) -> None:
     try:
-        asyncio.run(main())
+        run_async(main())
     except KeyboardInterrupt:
         pass

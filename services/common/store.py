@@ -126,8 +126,14 @@ class PostgresStore:
             await conn.set_type_codec("jsonb", encoder=_json_encode, decoder=msgspec.json.decode,
                                       schema="pg_catalog")
 
+        async def reset(conn):
+            # the stores keep no session state (no LISTEN, cursors, advisory locks or SETs), so
+            # the pool's default reset query on every release (a round trip) is skipped; an
+            # open transaction is still rolled back by asyncpg itself
+            return None
+
         self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size, init=init,
-                                              server_settings={"search_path": self.schema})
+                                              reset=reset, server_settings={"search_path": self.schema})
         return self
 
     async def close(self) -> None:

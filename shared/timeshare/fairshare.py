@@ -56,15 +56,14 @@ class FairShareView:
         free_running: dict[str, int] = {}
         usage: dict[str, int] = {}
         weight: dict[str, float] = {}
+        snapshot = ledger.snapshot
         for path, node in tree.nodes.items():
-            used = ledger.usage_gpu_s(path, gpu_type, True, now_s)
+            used, running[path], free_running[path] = snapshot(path, gpu_type, now_s)
             usage[path] = used
             denominator = node.fraction * entitled_gpu_s
             ratio = used / denominator if denominator > 0 else INFINITE
             ratios[path] = ratio
             weight[path] = node.share * max(0.0, 1.0 + catch_up * (1.0 - ratio)) if denominator > 0 else 0.0
-            running[path] = ledger.running_gpus(path, gpu_type, True)
-            free_running[path] = ledger.running_gpus(path, gpu_type, False)
 
         def split(siblings: list[str], gpus: float) -> None:
             # the parent's due GPUs are divided among its children by catch-up weight, so

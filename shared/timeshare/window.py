@@ -29,6 +29,8 @@ class _Track:
 
     def cum_at(self, t: int) -> int:
         times = self.times
+        if t >= times[-1]:  # "now": past the last breakpoint, no search needed
+            return self.cums[-1] + self.rates[-1] * (t - times[-1])
         i = bisect_right(times, t, self.head) - 1
         if i < self.head:
             # before the first kept breakpoint: only possible before any usage at all
@@ -98,6 +100,19 @@ class UsageLedger:
         if track is None or not track.times:
             return 0
         return track.cum_at(now_s) - track.cum_at(now_s - self.window_s)
+
+    def snapshot(self, path: str, gpu_type: str, now_s: float) -> tuple[int, int, int]:
+        """(allocated GPU-s in the window, allocated GPUs running, unallocated GPUs running)."""
+        tracks = self._tracks
+        used = 0
+        running = 0
+        track = tracks.get((path, gpu_type, True))
+        if track is not None and track.times:
+            used = track.cum_at(now_s) - track.cum_at(now_s - self.window_s)
+            running = track.rates[-1]
+        track = tracks.get((path, gpu_type, False))
+        free_running = track.rates[-1] if track is not None and track.rates else 0
+        return used, running, free_running
 
     def running_gpus(self, path: str, gpu_type: str, allocated: bool) -> int:
         track = self._tracks.get((path, gpu_type, allocated))
