@@ -15,6 +15,11 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: request) by more than this (0.05 = 5% of a due share), so two teams near parity do not
     #: take GPUs back and forth
     preemption_hysteresis: float = 0.05
+    #: an unallocated request takes unallocated work from another subtree only when that one
+    #: runs more (all GPUs / due share) than the requester would by more than this: free
+    #: capacity is shared fairly without trading GPUs back and forth (measured on the built-in
+    #: scenario: 0.05 wasted 40% more GPU-hours to preemption for +0.4% attainment)
+    unallocated_hysteresis: float = 0.25
     #: how strongly the window's memory moves the share due now: due = share x (1 + catch_up x
     #: (1 - usage ratio)); 0 orders by the instantaneous share alone
     catch_up: float = 1.0
@@ -30,6 +35,8 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ValueError("max_min_runtime must not be negative")
         if self.preemption_hysteresis < 0:
             raise ValueError("preemption_hysteresis must not be negative")
+        if self.unallocated_hysteresis < 0:
+            raise ValueError("unallocated_hysteresis must not be negative")
         if self.catch_up < 0:
             raise ValueError("catch_up must not be negative")
         return self

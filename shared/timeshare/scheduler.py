@@ -273,7 +273,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         for other, a, b in tree.splits[leaf]:
             if unalloc[other]:
                 theirs = total(b)
-                if allocated or total(a, gpus) + hysteresis < theirs:
+                if allocated or total(a, gpus) + config.unallocated_hysteresis < theirs:
                     richer[other] = (a, b)
                     reachable += unalloc[other]
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,

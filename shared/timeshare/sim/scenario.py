@@ -131,13 +131,13 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
     for key, value in policy_table.items():
         if key in _POLICY_DURATIONS:
             kwargs[_POLICY_DURATIONS[key]] = reader.duration(policy_table, key, "policy.")
-        elif key in ("preemption_hysteresis", "catch_up"):
+        elif key in ("preemption_hysteresis", "unallocated_hysteresis", "catch_up"):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise reader.error(f"policy.{key}", f"must be a non-negative number, got {value!r}")
             kwargs[key] = float(value)
         else:
             raise reader.error(f"policy.{key}", "unknown policy setting "
-                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, 'preemption_hysteresis', 'catch_up']))})")
+                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, 'preemption_hysteresis', 'unallocated_hysteresis', 'catch_up']))})")
     try:
         policy = PolicyConfig(**kwargs).validate()
     except ValueError as exc:
