@@ -61,6 +61,10 @@ def bench_scenario(path: Path, policies: list[str], target_s: float, overrides=N
              "target >= 0.95")
         line("teams >= 95%", f"{b['attainment']['teams_at_or_above_95']} / {o['attainment']['teams_at_or_above_95']}",
              f"of {b['attainment']['teams']}")
+        bf, of = b["attainment_funded"], o["attainment_funded"]
+        line("funded attainment fleet", f"{bf['fleet']:.3f} / {of['fleet']:.3f}", "(funded work only)")
+        line("funded attainment worst team", f"{bf['min_team']:.3f} / {of['min_team']:.3f}",
+             f"({bf['teams_at_or_above_95']} / {of['teams_at_or_above_95']} teams >= 95%)")
         if p90(b, "debug") is not None:
             ratio = p90(b, "debug") / p90(o, "debug") if p90(o, "debug") else float("nan")
             line("debug p90 wait (s)", f"{p90(b, 'debug'):.0f} / {p90(o, 'debug'):.0f}",
