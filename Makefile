@@ -39,7 +39,7 @@ bench-report: setup
 	$(PY) benchmarks/bench_report.py
 
 schemas: setup
-	$(PY) -m timeshare.schemas schemas
+	$(PY) -m timeshare.cli schemas schemas
 	$(PY) -m services.schemas schemas
 
 clean:
