@@ -9,8 +9,9 @@ clients; each runs 0.2 s on the simulated executor. Printed:
 * decision latency p50/p99: ``workload.submitted`` at_ms (gateway) -> ``workload.started``
   at_ms (placement), and HTTP send -> ``started`` seen by a log subscriber.
 
-The gateway runs in one child process, the other services in another (``--serve``), the load
-generator in this one. Prints numbers; asserts nothing.
+Placement runs in one child process, the gateway in another, budget + ledger + health +
+executor in a third (``--serve``), the load generator in this one. Prints numbers (and the CPU
+each process spent per submission); asserts nothing.
 
     PYTHONPATH=shared:. .venv/bin/python benchmarks/bench_live.py [--n 5000] [--backlog 5000]
 """
@@ -256,14 +257,14 @@ def main() -> int:
     settings = {"nats_url": nats_server.url, "database_url": pg.dsn if pg else "memory",
                 "cluster_file": str(cluster_file), "cluster": "bench", "http_port": port,
                 "tokens": json.dumps(TOKENS), "time_scale": 0.2, "heartbeat_timeout_s": 0.0}
-    # the gateway in one process, the other services in another (as deployed: one per service)
+    # placement, the gateway and the other services in separate processes (as deployed)
     children = []
-    for group in ("placement,budget,ledger,health,executor", "gateway"):
+    for group in ("placement", "budget,ledger,health,executor", "gateway"):
         children.append(subprocess.Popen(
             [sys.executable, __file__, "--serve", json.dumps(settings), "--services", group],
             stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=f"{ROOT / 'shared'}:{ROOT}",
                                              BENCH_PROFILE=os.path.abspath(args.profile) if args.profile else "")))
-        PIDS["gateway" if group == "gateway" else "services"] = [children[-1].pid]
+        PIDS[group if "," not in group else "others"] = [children[-1].pid]
         line = children[-1].stdout.readline().decode()
         if "READY" not in line:
             raise RuntimeError(f"services did not start: {line}")

@@ -46,6 +46,8 @@ async def test_bad_submissions_get_a_clear_4xx_and_change_nothing(stack):
             "more GPUs than a node and not a multiple": ({**base, "gpus": 6}, 400, "multiple of 4"),
             "an unknown GPU type": ({**base, "gpu_type": "B200"}, 400, "no pool of GPU type"),
             "an unknown priority": ({**base, "priority": "max"}, 400, "priority"),
+            "a GPU count that is not a number": ({**base, "gpus": "many"}, 422, "$.gpus"),
+            "a missing field": ({k: v for k, v in base.items() if k != "work_s"}, 422, "work_s"),
         }
         for sentence, (body, status, text) in cases.items():
             r = await http.post("/v1/workloads", json=body)
