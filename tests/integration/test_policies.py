@@ -6,7 +6,7 @@ import pytest
 
 from timeshare import events as ev
 
-from .helpers import client, log_events, of_type, wait_events, wait_for
+from .helpers import client, log_events, of_type, wait_events
 
 pytestmark = pytest.mark.integration
 

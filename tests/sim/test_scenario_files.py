@@ -84,7 +84,7 @@ def test_a_bad_trace_line_names_file_line_and_field(tmp_path, bad, field, words)
     assert e.line == 4  # blank lines count: it is the file's line number
     assert e.field == field
     assert words.lower() in str(e).lower()
-    assert f"trace.jsonl:4:" in str(e)
+    assert "trace.jsonl:4:" in str(e)
 
 
 def scenario_with(old: str, new: str) -> str:

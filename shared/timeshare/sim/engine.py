@@ -20,7 +20,7 @@ from .. import events as ev
 from ..baseline import BaselinePolicy
 from ..fifo import FifoPolicy
 from ..scheduler import BudgetPolicy
-from ..state import PENDING, RUNNING, SchedulerState
+from ..state import RUNNING, SchedulerState
 from .metrics import MetricsCollector
 from .scenario import Scenario
 
