@@ -66,6 +66,10 @@ class Executor:
         self.tasks: list[asyncio.Task] = []
         self.subs = []
         self.reported = 0
+        #: (node, GPU id) -> the stop of the process still holding it: a workload given those
+        #: GPUs starts only once that process has exited (SIGTERM, grace, SIGKILL), so two
+        #: processes never share a GPU even though placement hands GPUs over at once
+        self.releasing: dict[tuple[str, int], asyncio.Future] = {}
         #: stream sequence of the last log message applied (``advance`` waits for a given one)
         self.last_seq = 0
         self.seq_changed = asyncio.Condition()
@@ -135,7 +139,19 @@ class Executor:
                     if r.handle is not None:
                         r.handle.cancel()
                     if r.procs:
-                        asyncio.ensure_future(self._terminate(r))
+                        self._release_later(r, asyncio.ensure_future(self._terminate(r)))
+
+    def _release_later(self, r: Running, stopping: asyncio.Future) -> None:
+        keys = [(part.node, g) for part in r.placement for g in part.gpu_ids]
+        for key in keys:
+            self.releasing[key] = stopping
+
+        def released(_):
+            for key in keys:
+                if self.releasing.get(key) is stopping:
+                    del self.releasing[key]
+
+        stopping.add_done_callback(released)
 
     def _launch(self, r: Running) -> None:
         if self.kind == "process" and r.spec.command:
@@ -198,6 +214,12 @@ class Executor:
 
     # -- processes --------------------------------------------------------------------------
     async def _run_processes(self, r: Running) -> None:
+        holders = {self.releasing[(part.node, g)] for part in r.placement for g in part.gpu_ids
+                   if (part.node, g) in self.releasing}
+        if holders:  # the previous holders of these GPUs are still stopping
+            await asyncio.gather(*holders, return_exceptions=True)
+            if r.stopping:
+                return
         world = len(r.placement)
         for rank, part in enumerate(r.placement):
             env = dict(os.environ)

@@ -126,6 +126,9 @@ async def test_preempted_process_gets_sigterm_then_sigkill_after_the_grace(make_
         assert grace * 0.8 <= killed_after <= grace + 3, killed_after  # it ignored SIGTERM: killed at the grace
         assert alive(pids[survivor]) and not (tmp_path / f"{survivor}.0.term").exists()
         await wait_for(lambda: asyncio.sleep(0, (tmp_path / "newcomer.0.env").exists()), what="the newcomer to run")
+        # the newcomer got the victim's GPUs, but its process started only once the victim's had
+        # exited: two processes never share a GPU during the grace period
+        assert (tmp_path / "newcomer.0.env").stat().st_mtime >= termed_at + grace * 0.8
         # the killed process is not reported: its attempt ended with the preemption
         events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadCompleted, "newcomer"),
                                    what="the newcomer to complete")
