@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+UNALLOCATED_PREEMPTION = ("any", "fair")
+
 
 class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     #: how far back usage counts toward a team's ratio
@@ -20,6 +22,13 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: capacity is shared fairly without trading GPUs back and forth (measured on the built-in
     #: scenario: 0.05 wasted 40% more GPU-hours to preemption for +0.4% attainment)
     unallocated_hysteresis: float = 0.25
+    #: which unallocated work an allocated request beyond its due share may preempt:
+    #: "any" (the contract: unallocated time is never protected; debug work starts at once)
+    #: or "fair" (only its own team's, that of subtrees running more than it would by the
+    #: unallocated hysteresis, or any while it stays within its due share plus that
+    #: hysteresis at every level): teams that reach their share through unallocated work keep
+    #: it, and funded work beyond a team's share waits longer (README "Measured results")
+    unallocated_preemption: str = "any"
     #: how strongly the window's memory moves the share due now: due = share x (1 + catch_up x
     #: (1 - usage ratio)); 0 orders by the instantaneous share alone
     catch_up: float = 1.0
@@ -37,6 +46,9 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ValueError("preemption_hysteresis must not be negative")
         if self.unallocated_hysteresis < 0:
             raise ValueError("unallocated_hysteresis must not be negative")
+        if self.unallocated_preemption not in UNALLOCATED_PREEMPTION:
+            raise ValueError(f"unallocated_preemption must be one of {', '.join(UNALLOCATED_PREEMPTION)}, "
+                             f"got {self.unallocated_preemption!r}")
         if self.catch_up < 0:
             raise ValueError("catch_up must not be negative")
         return self

@@ -11,7 +11,9 @@ Phases of a pass (a pure function of the state and ``now_s``; see fairshare.py f
    its due share, see ``victims_for``), respecting a gang reservation;
 4. per GPU type, everything else (unallocated requests, allocated requests beyond due
    shares), ordered by all GPUs each subtree runs against its due share; allocated requests
-   may preempt any unallocated work, unallocated requests only that of richer subtrees.
+   may preempt any unallocated work (or, with ``unallocated_preemption = "fair"``, their own
+   team's, richer subtrees' and any while they stay near their due share), unallocated
+   requests only that of richer subtrees.
 
 Victims: unallocated first, then the least deserving, then the least progress lost, then id.
 A pass with no node changed since the previous one only looks at work that arrived since.
@@ -116,15 +118,21 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
                 out_[other] = (a, b)
         return out_
 
+    fair = config.unallocated_preemption == "fair"
+
     def share_room(leaf: str) -> float:
         """Largest request of ``leaf`` that is within its due share at every level: a subtree
-        running below its due share may start one more request up to that share."""
+        running below its due share may start one more request up to that share ("fair":
+        one that leaves it no farther from its due share than it is without it, running +
+        request / 2 <= due, since work started beyond a share is not taken back by teams
+        that run on unallocated time)."""
         room = math.inf
         for path in tree.paths[leaf]:
             due = view.due_gpus[path]
-            if view.running_gpus[path] >= due:
+            gap = due - view.running_gpus[path]
+            if gap <= 0:
                 return 0
-            room = min(room, due)
+            room = min(room, 2 * gap if fair else due)
         return room
 
     # -- phase 3: allocated requests within due shares, fair-share order, may preempt -----
@@ -211,7 +219,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
     # -- phase 4: everything else (unallocated work, allocated work beyond due shares),
     # ordered by all GPUs each subtree runs (allocated or not) against its due share. An
     # allocated request may preempt any unallocated work (the contract: unallocated time is
-    # never protected), taking it from the subtree that runs most for its due share first;
+    # never protected; with unallocated_preemption = "fair" only as config.py says), taking
+    # it from the subtree that runs most for its due share first;
     # an unallocated request only that of subtrees that run more than it would, counting the
     # request, so free capacity is shared fairly ---------------------------------------------
     active.clear()
@@ -266,10 +275,18 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         unalloc = view.unallocated_running_gpus
         richer = {}
         reachable = pool.free_gpus
+        take_any = allocated and (config.unallocated_preemption == "any" or all(
+            # "fair": an allocated request that keeps every subtree above it within its due
+            # share plus the hysteresis, in all it runs, still takes any unallocated work
+            total(path, gpus) <= 1.0 + config.unallocated_hysteresis for path in tree.paths[leaf]))
+        if allocated and unalloc[leaf]:
+            # its own team's unallocated work: the swap changes no other team's share
+            richer[leaf] = (leaf, leaf)
+            reachable += unalloc[leaf]
         for other, a, b in tree.splits[leaf]:
             if unalloc[other]:
                 theirs = total(b)
-                if allocated or total(a, gpus) + config.unallocated_hysteresis < theirs:
+                if take_any or total(a, gpus) + config.unallocated_hysteresis < theirs:
                     richer[other] = (a, b)
                     reachable += unalloc[other]
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,

@@ -99,10 +99,13 @@ def scenario_with(old: str, new: str) -> str:
     ('"lab" = 1\n', '', "allocations.lab/a", 12),
     ('lookback_window = "7d"', 'lookback_window = "a week"', "policy.lookback_window", 5),
     ('max_min_runtime = "8h"', 'max_min_runtime = "8h"\ncolour = 1', "policy.colour", 7),
+    ('max_min_runtime = "8h"', 'max_min_runtime = "8h"\nunallocated_preemption = "never"',
+     "policy.unallocated_preemption", 7),
     ('kind = "unhealthy"', 'kind = "sad"', "node_events[0].kind", 18),
     ('duration = "1d"', 'duration = -1', "duration", 2),
 ], ids=["an unknown node in a node event", "a negative node count", "a negative share",
         "a child without its parent", "a duration that is not one", "an unknown policy setting",
+        "an unknown unallocated_preemption mode",
         "an unknown node event kind", "a negative duration"])
 def test_a_bad_scenario_file_names_file_line_and_field(tmp_path, old, new, field, lineno):
     path = write(tmp_path, [line()], scenario_with(old, new))

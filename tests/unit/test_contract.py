@@ -191,6 +191,33 @@ def test_unallocated_work_is_preempted_by_any_allocated_request_at_any_time(pree
     assert alloc_usage(h, "a", 2 * HOUR) == (0 if team == "b" else 4 * (2 * HOUR - 60))
 
 
+@pytest.mark.parametrize("mode, team, gpus, preempted", [
+    ("any", "a", 8, True), ("fair", "a", 8, False), ("fair", "a", 1, True), ("fair", "b-self", 8, True),
+], ids=["any (the default): beyond its due share, an allocated request still takes unallocated time",
+        "fair: beyond its due share it does not take another team's unallocated share",
+        "fair: ... unless it stays within its due share plus the hysteresis (1 GPU: 9 of 8)",
+        "fair: its own team's unallocated work it always may"])
+def test_unallocated_preemption_setting(mode, team, gpus, preempted):
+    # two teams due 8 GPUs each (no catch-up, so due = share); a runs 8 funded GPUs, the
+    # other node runs 8 GPUs of unallocated work: b's (its whole share) or a's own
+    h = (ScenarioBuilder().pool(nodes=2, gpus_per_node=8).teams(a=1, b=1)
+         .policy(catch_up=0.0, unallocated_preemption=mode).harness())
+    owner = "a" if team == "b-self" else "b"
+    h.submit(spec("a-funded", "a", gpus=8, min_runtime="1h", work="20h"),
+             spec("free", owner, gpus=8, min_runtime=0, work="20h", resumable=True, checkpoint="1h"))
+    h.schedule(0)
+    assert h.running() == {"a-funded", "free"}
+    h.submit(spec("more", "a", gpus=gpus, min_runtime="1h", work="1h", submit=2 * HOUR))
+    out = h.schedule(2 * HOUR)
+    assert [e.workload_id for e in out if isinstance(e, ev.WorkloadPreempted)] == (["free"] if preempted else [])
+    assert ("more" in h.running()) == preempted
+
+
+def test_unallocated_preemption_setting_is_validated():
+    with pytest.raises(ValueError, match="unallocated_preemption"):
+        ScenarioBuilder().pool().teams(a=1).policy(unallocated_preemption="never").harness()
+
+
 @pytest.mark.parametrize("who, request_min_runtime", [
     ("a", "1h"), ("b", 0), ("b-used-more", "1h"),
 ], ids=["the same team's pending work never preempts its own running work",

@@ -186,3 +186,32 @@ def test_a_team_idle_for_three_days_may_exceed_its_share_and_is_still_scheduled_
     assert view.leaf_order()[0] == "idle"
     assert view.ratios["idle"] < view.ratios["busy"]
     assert view.fill("idle") < view.fill("busy")
+
+
+def _funded_team_beside_an_unallocated_team(mode: str):
+    """a asks for twice its half of a 32-GPU pool in funded training; b for twice its half in
+    unallocated evaluation only (min runtime 0), as a team with no funded work ready would."""
+    builder = (ScenarioBuilder(duration="3d").pool(nodes=4, gpus_per_node=8).teams(a=1, b=1)
+               .policy(unallocated_preemption=mode))
+    for i in range(3 * 24):
+        t = i * HOUR  # a new 8-GPU request of 4 h from each team every hour: 32 GPUs asked for
+        builder.workload(f"a{i}", "a", gpus=8, work="4h", min_runtime="1h", submit=t, resumable=True,
+                         checkpoint="30m", kind="training")
+        builder.workload(f"b{i}", "b", gpus=8, work="4h", min_runtime=0, submit=t, resumable=True,
+                         checkpoint="30m", kind="eval")
+    return simulate(builder.build()).metrics
+
+
+def test_fair_unallocated_preemption_keeps_the_share_of_a_team_that_runs_on_unallocated_time():
+    any_, fair = (_funded_team_beside_an_unallocated_team(m) for m in ("any", "fair"))
+    # "any" (the contract's default): a's funded work beyond its share takes b's unallocated
+    # GPUs whenever it asks, so b receives well under the half it is owed (owed = its share,
+    # capped by what it asked for)
+    assert any_["teams"]["b"]["attainment"] < 0.8
+    # "fair": a's work beyond its share waits for free GPUs in fair-share order, so b keeps
+    # (nearly) its half hour by hour
+    assert fair["teams"]["b"]["attainment"] >= 0.9
+    # and a still gets its own half: its funded work within its share preempts as before
+    assert fair["teams"]["a"]["funded_attainment"] >= 0.9
+    for m in (any_, fair):
+        assert m["occupancy"] >= 0.95  # nobody leaves GPUs idle for this

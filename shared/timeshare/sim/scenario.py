@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from ..cluster import Cluster, PoolSpec
-from ..config import PolicyConfig
+from ..config import UNALLOCATED_PREEMPTION, PolicyConfig
 from ..durations import parse_duration_s
 from ..tree import AllocationTree, TreeError
 from ..workload import WorkloadSpec
@@ -135,9 +135,13 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise reader.error(f"policy.{key}", f"must be a non-negative number, got {value!r}")
             kwargs[key] = float(value)
+        elif key == "unallocated_preemption":
+            if value not in UNALLOCATED_PREEMPTION:
+                raise reader.error(f"policy.{key}", f"must be one of {', '.join(UNALLOCATED_PREEMPTION)}, got {value!r}")
+            kwargs[key] = value
         else:
             raise reader.error(f"policy.{key}", "unknown policy setting "
-                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, 'preemption_hysteresis', 'unallocated_hysteresis', 'catch_up']))})")
+                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, 'preemption_hysteresis', 'unallocated_hysteresis', 'catch_up', 'unallocated_preemption']))})")
     try:
         policy = PolicyConfig(**kwargs).validate()
     except ValueError as exc:
