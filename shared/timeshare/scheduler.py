@@ -332,9 +332,11 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         return v.leaf in victims_of and not v.is_protected(now_s)
 
     def cost(v: Workload) -> tuple:
-        if not v.allocated:  # unallocated first: from the subtree running most for its due share
+        if not v.allocated:
+            # unallocated first: from the subtree running most for its due share in all (the
+            # requester's own team counts its own fill: taking its own work changes no share)
             split = state.tree.divergence(leaf, v.leaf)
-            return (0, -view.total_fill(split[1]) if split else 0.0, lost_gpu_s(v, now_s), v.id)
+            return (0, -view.total_fill(split[1] if split else leaf), lost_gpu_s(v, now_s), v.id)
         return (1, -view.fill(victims_of[v.leaf][1]), lost_gpu_s(v, now_s), v.id)
 
     if gpus > gpn:

@@ -213,6 +213,23 @@ def test_unallocated_preemption_setting(mode, team, gpus, preempted):
     assert ("more" in h.running()) == preempted
 
 
+@pytest.mark.parametrize("a_gpus, b_gpus, victim", [(8, 4, "a-free"), (4, 8, "b-free")], ids=[
+    "its own team runs more for its share (8 of 8 vs 4 of 8): its own unallocated work goes",
+    "the other team runs more (8 of 8 vs 4 of 8): the other's goes"])
+def test_an_allocated_request_takes_unallocated_work_from_whoever_runs_most_for_its_share(a_gpus, b_gpus, victim):
+    # unallocated work of a on one node and of b on the other; then a asks for 8 funded GPUs
+    h = (ScenarioBuilder().pool(nodes=2, gpus_per_node=8).teams(a=1, b=1).policy(catch_up=0.0).harness())
+    h.submit(spec("a-free", "a", gpus=a_gpus, min_runtime=0, work="20h", resumable=True, checkpoint="1h"))
+    h.schedule(0)
+    h.submit(spec("b-free", "b", gpus=b_gpus, min_runtime=0, work="20h", resumable=True, checkpoint="1h",
+                  submit=30 * MIN))
+    h.schedule(30 * MIN)
+    assert h.running() == {"a-free", "b-free"}
+    h.submit(spec("funded", "a", gpus=8, min_runtime="1h", work="1h", submit=HOUR + 10 * MIN))
+    out = h.schedule(HOUR + 10 * MIN)
+    assert [e.workload_id for e in out if isinstance(e, ev.WorkloadPreempted)] == [victim]
+
+
 def test_unallocated_preemption_setting_is_validated():
     with pytest.raises(ValueError, match="unallocated_preemption"):
         ScenarioBuilder().pool().teams(a=1).policy(unallocated_preemption="never").harness()
