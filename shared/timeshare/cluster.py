@@ -76,7 +76,9 @@ class Pool:
         # change stamps: a victim search that failed need only look again at nodes that
         # changed since (see scheduler's memo)
         self.change_seq = 0
-        self.changed_at = [0] * spec.nodes
+        # node index -> its change stamp, least recently changed first: lets changed_since
+        # read only the nodes that changed instead of scanning the whole pool every pass
+        self._recent: dict[int, int] = {}
 
     # -- validation -------------------------------------------------------------------------
     def check_request(self, gpus: int) -> None:
@@ -97,15 +99,22 @@ class Pool:
 
     def touch(self, node: Node) -> None:
         self.change_seq += 1
-        self.changed_at[node.index] = self.change_seq
+        recent = self._recent
+        recent.pop(node.index, None)  # re-inserted last: the order stays by change stamp
+        recent[node.index] = self.change_seq
 
     def changed_since(self, seq: int) -> list[Node]:
-        at = self.changed_at
-        return [self.nodes[i] for i in range(len(at)) if at[i] > seq]
+        """Nodes changed after stamp ``seq``, by index."""
+        idx: list[int] = []
+        for i, stamp in reversed(self._recent.items()):
+            if stamp <= seq:
+                break
+            idx.append(i)
+        idx.sort()
+        return [self.nodes[i] for i in idx]
 
     def _rebucket(self, node: Node, old_free: int) -> None:
-        self.change_seq += 1
-        self.changed_at[node.index] = self.change_seq
+        self.touch(node)
         if node.state != NODE_HEALTHY:
             return
         self.buckets[old_free].discard(node.index)
@@ -147,6 +156,13 @@ class Pool:
             idx = [i for i in idx if i not in exclude]
         idx.sort()
         return [self.nodes[i] for i in idx]
+
+    def open_among(self, nodes: list[Node], at_least: int, exclude: frozenset[int] = frozenset()) -> list[Node]:
+        """Those of ``nodes`` (by index) that :meth:`open_nodes` would list: checks only these
+        nodes instead of collecting the whole pool (a node is in ``open[c]`` exactly when it is
+        healthy and ``c`` of its GPUs are not blocked)."""
+        return [n for n in nodes
+                if n.state == NODE_HEALTHY and n.gpus - n.blocked >= at_least and n.index not in exclude]
 
     def fit_limit(self) -> int:
         """Largest request that fits on free GPUs right now."""

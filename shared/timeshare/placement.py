@@ -38,7 +38,7 @@ def find_victims(
 ) -> tuple[list[Node], list[Workload]] | None:
     """Nodes for the request and the workloads to preempt first, or None when nothing works.
 
-    ``only`` restricts a single-node search to these nodes (the caller knows the others
+    ``only`` (by index) restricts a single-node search to these nodes (the caller knows the others
     cannot serve the request); nodes in ``exclude`` are never used (a gang's reservation)."""
     workloads = state.workloads
     gpn = pool.gpus_per_node
@@ -54,10 +54,10 @@ def find_victims(
 
     if gpus <= gpn:
         best = None
-        candidates_nodes = pool.open_nodes(gpus, exclude)
-        if only is not None:
-            wanted = {n.index for n in only}
-            candidates_nodes = [n for n in candidates_nodes if n.index in wanted]
+        if only is None:
+            candidates_nodes = pool.open_nodes(gpus, exclude)
+        else:
+            candidates_nodes = pool.open_among(only, gpus, exclude)
         for node in candidates_nodes:
             free = node.free
             if free >= gpus:
