@@ -169,10 +169,14 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         for path in tree.paths[leaf]:
             active[path] -= 1
 
+    # a request that can neither start nor preempt changes no fill and no active leaf, so the
+    # same leaf is picked again: pick anew only after a start or when a leaf runs out
+    leaf = None
     while True:
-        leaf = view.pick(active)
         if leaf is None:
-            break
+            leaf = view.pick(active)
+            if leaf is None:
+                break
         turn = turns[leaf]
         if turn.walker is None:
             q = queues[(gpu_type, leaf, "a")]
@@ -192,6 +196,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         item = next(turn.walker, None)
         if item is None:
             deactivate(leaf)
+            leaf = None
             continue
         key, gpus = item
         w = workloads[key[2]]
@@ -201,6 +206,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         nodes = pool.find_free(gpus, exclude)
         if nodes is not None:
             start(w, nodes)
+            leaf = None
             continue
         plan = _preemption_plan(state, pool, view, w, victims_for(leaf, gpus), now_s, exclude,
                                 reservation if exclude else None)
@@ -215,6 +221,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
                 out.append(e)
             view.charge(v.leaf, -v.gpus, v.allocated)
         start(w, nodes)
+        leaf = None
 
     # -- phase 4: everything else (unallocated work, allocated work beyond due shares),
     # ordered by all GPUs each subtree runs (allocated or not) against its due share. An
@@ -247,13 +254,16 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         walkers[leaf] = walk(qs, limits)
         for path in tree.paths[leaf]:
             active[path] = active.get(path, 0) + 1
+    leaf = None  # picked anew only after a start or when a leaf runs out, as in phase 3
     while True:
-        leaf = view.pick(active, view.total_key)
         if leaf is None:
-            break
+            leaf = view.pick(active, view.total_key)
+            if leaf is None:
+                break
         item = next(walkers[leaf], None)
         if item is None:
             deactivate(leaf)
+            leaf = None
             continue
         key, gpus = item
         w = workloads[key[2]]
@@ -264,6 +274,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         nodes = pool.find_free(gpus, exclude)
         if nodes is not None:
             start(w, nodes)
+            leaf = None
             continue
         failed_key = (leaf, w.queue_class)
         if not state.unallocated_gpus[gpu_type]:
@@ -309,6 +320,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
                 out.append(e)
             view.charge(v.leaf, -v.gpus, v.allocated)
         start(w, nodes)
+        leaf = None
     state.pass_seq[gpu_type] = pool.change_seq
     return out
 
