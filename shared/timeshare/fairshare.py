@@ -51,29 +51,25 @@ class FairShareView:
         self.now_s = now_s
         entitled_gpu_s = pool_gpus * ledger.covered_s(now_s)
         ratios: dict[str, float] = {}
-        due: dict[str, float] = {}
-        running: dict[str, int] = {}
-        free_running: dict[str, int] = {}
-        usage: dict[str, int] = {}
         weight: dict[str, float] = {}
-        snapshot = ledger.snapshot
+        usage, running, free_running = ledger.snapshots(tree.nodes, gpu_type, now_s)
         for path, node in tree.nodes.items():
-            used, running[path], free_running[path] = snapshot(path, gpu_type, now_s)
-            usage[path] = used
+            used = usage[path]
             denominator = node.fraction * entitled_gpu_s
             ratio = used / denominator if denominator > 0 else INFINITE
             ratios[path] = ratio
             weight[path] = node.share * max(0.0, 1.0 + catch_up * (1.0 - ratio)) if denominator > 0 else 0.0
 
-        def split(siblings: list[str], gpus: float) -> None:
-            # the parent's due GPUs are divided among its children by catch-up weight, so
-            # the due shares of a sibling set add up to exactly what their parent is due
+        # the parent's due GPUs are divided among its children by catch-up weight, so the due
+        # shares of a sibling set add up to exactly what their parent is due (parents come
+        # before their children in tree.sibling_sets)
+        due: dict[str, float] = {}
+        for parent, siblings in tree.sibling_sets:
+            gpus = due[parent] if parent is not None else float(pool_gpus)
             total = sum(weight[p] for p in siblings)
             for p in siblings:
                 due[p] = gpus * weight[p] / total if total > 0 else 0.0
-                split(tree.nodes[p].children, due[p])
 
-        split(tree.roots, float(pool_gpus))
         self.ratios = ratios
         self.unallocated_running_gpus = free_running
         self.due_gpus = due

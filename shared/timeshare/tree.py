@@ -59,6 +59,13 @@ class AllocationTree:
         self.leaves = sorted(p for p, n in nodes.items() if n.is_leaf)
         self.max_depth = max((n.depth for n in nodes.values()), default=0)
         self.paths = {leaf: ancestors(leaf) for leaf in self.leaves}
+        #: (parent, its children) for every parent, roots first as (None, roots); a parent
+        #: always comes before its children
+        self.sibling_sets: list[tuple[str | None, list[str]]] = [(None, self.roots)]
+        for parent, siblings in self.sibling_sets:
+            for p in siblings:
+                if nodes[p].children:
+                    self.sibling_sets.append((p, nodes[p].children))
         self._divergence: dict[tuple[str, str], tuple[str, str] | None] = {}
         #: per leaf, every other leaf with the two sibling subtrees where their paths part
         self.splits: dict[str, list[tuple[str, str, str]]] = {
