@@ -33,15 +33,13 @@ class Reservation(NamedTuple):
 def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: float,
                      victims_for: Callable[[str, int], dict], queues: dict | None = None) -> Reservation | None:
     gpn = pool.gpus_per_node
-    gpu_type = pool.gpu_type
+    heads = _pending_gangs(state, pool, state.queues if queues is None else queues)
+    if not heads:
+        return None  # most passes: no funded gang waits, so no fair-share order is needed
     for leaf in view.leaf_order():
-        q = (state.queues if queues is None else queues).get((gpu_type, leaf, "a"))
-        if q is None or not q.count or state.tree.nodes[leaf].fraction <= 0:
+        if leaf not in heads:
             continue
-        gangs = [(q.by_size[g][0], g) for g in q.by_size if g > gpn]
-        if not gangs:
-            continue
-        head, gpus = min(gangs)
+        head, gpus = heads[leaf]
         if view.fill(leaf, gpus) > 1.0 and not (view.fill(leaf) < 1.0 and gpus <= view.due_gpus[leaf]):
             continue  # a gang beyond the leaf's due share borrows; it gets no reservation
         need = gpus // gpn
@@ -55,6 +53,22 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
         chosen = ready[:need]
         return Reservation(head[2], frozenset(i for _, _, i in chosen), max(t for t, _, _ in chosen))
     return None
+
+
+def _pending_gangs(state: SchedulerState, pool: Pool, queues: dict) -> dict[str, tuple[tuple, int]]:
+    """Per leaf with a due share and allocated whole-node gangs pending: its first gang's
+    (queue key, GPUs)."""
+    gpn = pool.gpus_per_node
+    nodes = state.tree.nodes
+    heads = {}
+    for leaf in state.tree.leaves:
+        q = queues.get((pool.gpu_type, leaf, "a"))
+        if q is None or not q.count or nodes[leaf].fraction <= 0:
+            continue
+        gangs = [(q.by_size[g][0], g) for g in q.by_size if g > gpn]
+        if gangs:
+            heads[leaf] = min(gangs)
+    return heads
 
 
 def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: float) -> dict[int, float]:
