@@ -79,6 +79,8 @@ class Pool:
         # node index -> its change stamp, least recently changed first: lets changed_since
         # read only the nodes that changed instead of scanning the whole pool every pass
         self._recent: dict[int, int] = {}
+        self._limits_seq = -1  # change_seq when _fit_limit and _open_limit were computed
+        self._fit_limit = self._open_limit = 0
 
     # -- validation -------------------------------------------------------------------------
     def check_request(self, gpus: int) -> None:
@@ -166,17 +168,25 @@ class Pool:
 
     def fit_limit(self) -> int:
         """Largest request that fits on free GPUs right now."""
-        whole = len(self.buckets[self.gpus_per_node])
-        if whole > 1:
-            return whole * self.gpus_per_node
-        return self.max_free_on_a_node()
+        if self._limits_seq != self.change_seq:
+            self._refresh_limits()
+        return self._fit_limit
 
     def open_limit(self) -> int:
         """Largest request a preemption could possibly make room for (protected work stays)."""
-        whole = len(self.open[self.gpus_per_node])
-        if whole > 1:
-            return whole * self.gpus_per_node
-        return self.max_open_on_a_node()
+        if self._limits_seq != self.change_seq:
+            self._refresh_limits()
+        return self._open_limit
+
+    def _refresh_limits(self) -> None:
+        # a pass asks for both limits after every request it looks at, while nodes change far
+        # less often: every change bumps change_seq, so the limits are kept until it moves
+        gpn = self.gpus_per_node
+        whole = len(self.buckets[gpn])
+        self._fit_limit = whole * gpn if whole > 1 else self.max_free_on_a_node()
+        whole = len(self.open[gpn])
+        self._open_limit = whole * gpn if whole > 1 else self.max_open_on_a_node()
+        self._limits_seq = self.change_seq
 
     def whole_free_nodes(self) -> int:
         return len(self.buckets[self.gpus_per_node])
