@@ -79,6 +79,7 @@ class Pool:
         # node index -> its change stamp, least recently changed first: lets changed_since
         # read only the nodes that changed instead of scanning the whole pool every pass
         self._recent: dict[int, int] = {}
+        self.cordoned = 0  # nodes in NODE_CORDONED: a pass looks for drains only when some are
         self._limits_seq = -1  # change_seq when _fit_limit and _open_limit were computed
         self._fit_limit = self._open_limit = 0
 
@@ -133,6 +134,7 @@ class Pool:
             self.buckets[node.free].add(node.index)
             self.open[node.gpus - node.blocked].add(node.index)
             self.free_gpus += node.free
+        self.cordoned += (state == NODE_CORDONED) - (node.state == NODE_CORDONED)
         node.state = state
 
     def block(self, node: Node, delta_gpus: int) -> None:

@@ -395,7 +395,7 @@ class SchedulerState:
 
     # -- node drains ----------------------------------------------------------------------
     def cordoned_nodes(self) -> list[Node]:
-        return [n for p in self.cluster.pools.values() for n in p.nodes if n.state == NODE_CORDONED]
+        return [n for p in self.cluster.pools.values() if p.cordoned for n in p.nodes if n.state == NODE_CORDONED]
 
     def drain_events(self, now_s: float, may_end_now) -> list[ev.Event]:
         """Drain cordoned nodes: stop what ``may_end_now(w, now_s)`` allows; report empty nodes."""
