@@ -371,7 +371,9 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         memo = state.victim_memo.get((gpu_type, leaf, memo_space))
         narrowed = memo is not None and memo[1] == eligible_key and gpus >= memo[2]
         if narrowed:
-            changed = pool.changed_since(memo[0])
+            # only nodes changed since that failure can serve it now, and only those where a
+            # preemption could open enough GPUs: often none, and then no search is needed
+            changed = pool.open_among(pool.changed_since(memo[0]), gpus, exclude)
             plan = (find_victims(state, pool, gpus, may_preempt, cost, only=changed, exclude=exclude)
                     if changed else None)
         else:
