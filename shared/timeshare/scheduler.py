@@ -294,12 +294,14 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
             # its own team's unallocated work: the swap changes no other team's share
             richer[leaf] = (leaf, leaf)
             reachable += unalloc[leaf]
-        for other, a, b in tree.splits[leaf]:
-            if unalloc[other]:
+        for a, b, others in tree.split_groups[leaf]:
+            if unalloc[b]:  # counts add up the tree: some leaf under b runs unallocated work
                 theirs = total(b)
                 if take_any or total(a, gpus) + config.unallocated_hysteresis < theirs:
-                    richer[other] = (a, b)
-                    reachable += unalloc[other]
+                    for other in others:
+                        if unalloc[other]:
+                            richer[other] = (a, b)
+                            reachable += unalloc[other]
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
                                  unallocated_from=set(richer), memo_space="beyond" if allocated else "free")
                 if reachable >= gpus else None)

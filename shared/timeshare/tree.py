@@ -72,6 +72,16 @@ class AllocationTree:
             leaf: [(other, *self.divergence(leaf, other)) for other in self.leaves if other != leaf]
             for leaf in self.leaves
         }
+        #: the same splits grouped by subtree pair, in the same order: (a, b, leaves under b);
+        #: a pass compares the two subtrees once per pair instead of once per other leaf
+        self.split_groups: dict[str, list[tuple[str, str, list[str]]]] = {}
+        for leaf, splits in self.splits.items():
+            groups = self.split_groups[leaf] = []
+            for other, a, b in splits:
+                if groups and groups[-1][:2] == (a, b):
+                    groups[-1][2].append(other)
+                else:
+                    groups.append((a, b, [other]))
 
     def divergence(self, leaf_a: str, leaf_b: str) -> tuple[str, str] | None:
         """The two sibling subtrees where the paths of two leaves part (None for the same leaf)."""
