@@ -76,6 +76,9 @@ class FairShareView:
         self.running_gpus = running
         self.usage_gpu_s = usage
         self._paths = tree.paths
+        # keys pick has computed, per key method; charge drops those of the paths it changes
+        self._key_memo: dict[str, tuple] = {}
+        self._total_key_memo: dict[str, tuple] = {}
 
     def fill(self, path: str, extra_gpus: int = 0) -> float:
         due = self.due_gpus[path]
@@ -104,8 +107,12 @@ class FairShareView:
     def charge(self, leaf: str, delta_gpus: int, allocated: bool = True) -> None:
         """Record GPUs started (or stopped, negative) for ``leaf`` during a pass."""
         running = self.running_gpus if allocated else self.unallocated_running_gpus
+        key_memo = self._key_memo
+        total_key_memo = self._total_key_memo
         for path in self._paths[leaf]:
             running[path] += delta_gpus
+            key_memo.pop(path, None)
+            total_key_memo.pop(path, None)
 
     def leaf_order(self) -> list[str]:
         """Leaves, most deserving first, ranked depth-first level by level."""
@@ -126,6 +133,18 @@ class FairShareView:
     def pick(self, active: dict[str, int], key=None) -> str | None:
         """The most deserving leaf among those with ``active[path] > 0`` leaves beneath."""
         key = key or self.key
+        # a pass picks again after every start and whenever a leaf runs out of work, while
+        # only the paths of charged leaves change: keys are kept until charge drops them
+        memo = self._key_memo if key == self.key else self._total_key_memo if key == self.total_key else None
+
+        def key_of(path: str) -> tuple:
+            if memo is None:
+                return key(path)
+            k = memo.get(path)
+            if k is None:
+                k = memo[path] = key(path)
+            return k
+
         nodes = self.tree.nodes
         siblings = self.tree.roots
         while True:
@@ -133,8 +152,13 @@ class FairShareView:
             best_key = None
             for path in siblings:
                 if active.get(path, 0) > 0:
-                    k = key(path)
-                    if best_key is None or k < best_key:
+                    if best is None:
+                        best = path  # its key is needed only if another sibling is active
+                        continue
+                    if best_key is None:
+                        best_key = key_of(best)
+                    k = key_of(path)
+                    if k < best_key:
                         best, best_key = path, k
             if best is None:
                 return None
