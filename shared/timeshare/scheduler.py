@@ -372,16 +372,25 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     else:
         memo = state.victim_memo.get((gpu_type, leaf, memo_space))
         narrowed = memo is not None and memo[1] == eligible_key and gpus >= memo[2]
-        if narrowed:
+        # the latest failure of a request at most this large with the same victims allowed
+        # (the memo above keeps one size only; it also decides which leaves phase 3 skips)
+        failures = state.victim_memo.setdefault((gpu_type, leaf, memo_space, "by size"), {})
+        failed_seq = memo[0] if narrowed else None
+        for size, (seq, key) in failures.items():
+            if size <= gpus and key == eligible_key and (failed_seq is None or seq > failed_seq):
+                failed_seq = seq
+        if failed_seq is not None:
             # only nodes changed since that failure can serve it now, and only those where a
             # preemption could open enough GPUs: often none, and then no search is needed
-            changed = pool.open_among(pool.changed_since(memo[0]), gpus, exclude)
+            changed = pool.open_among(pool.changed_since(failed_seq), gpus, exclude)
             plan = (find_victims(state, pool, gpus, may_preempt, cost, only=changed, exclude=exclude)
                     if changed else None)
         else:
             plan = find_victims(state, pool, gpus, may_preempt, cost, exclude=exclude)
         if plan is None and (not narrowed or gpus == memo[2]):
             state.victim_memo[(gpu_type, leaf, memo_space)] = (pool.change_seq, eligible_key, gpus)
+        if plan is None:
+            failures[gpus] = (pool.change_seq, eligible_key)
     if plan is None:
         return None
     return plan[0], plan[1], victims_of
