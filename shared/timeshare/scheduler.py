@@ -74,7 +74,6 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
     gpu_type = pool.gpu_type
     tree = state.tree
     config = state.config
-    view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s, config.catch_up)
     hysteresis = config.preemption_hysteresis
     unprotected = state.unprotected_gpus[gpu_type]
     workloads = state.workloads
@@ -92,7 +91,13 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
                 if q is None:
                     q = queues[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
                 q.add(w.gpus, w.key)
+        if not queues:
+            # nothing changed and nothing new: this pass would look at no request at all (its
+            # only other work, planning a reservation, just refreshes caches)
+            fresh.clear()
+            return out
     fresh.clear()
+    view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s, config.catch_up)
 
     def start(w: Workload, nodes) -> None:
         e = state.started(w, nodes, now_s)
