@@ -310,6 +310,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
                                  unallocated_from=set(richer), memo_space="beyond" if allocated else "free")
                 if reachable >= gpus else None)
+        if plan is not None and not take_any and not _stays_richer(plan[1], richer, w, total, config):
+            plan = None
         if plan is None:
             failed[failed_key] = gpus
             continue
@@ -330,6 +332,20 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         leaf = None
     state.pass_seq[gpu_type] = pool.change_seq
     return out
+
+
+def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w: Workload, total,
+                  config) -> bool:
+    """Whether every subtree losing unallocated work to ``w`` still runs more for its due share
+    than ``w``'s side will, by the hysteresis, once all of the victims are gone (Kueue's "less
+    than or equal to final share"). Judging by the victims' fill *before* let two subtrees take
+    the same GPUs back and forth without end within one instant."""
+    lost: dict[tuple[str, str], int] = {}
+    for v in victims:
+        pair = richer[v.leaf]
+        if pair[0] != pair[1]:  # the requester's own team: no share changes hands
+            lost[pair] = lost.get(pair, 0) + v.gpus
+    return all(total(a, w.gpus) + config.unallocated_hysteresis < total(b, -gpus) for (a, b), gpus in lost.items())
 
 
 def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
