@@ -191,10 +191,18 @@ class Bus:
             except Exception:
                 pass
 
-    async def _align_durable(self, stream: str, durable: str, after_seq: int) -> None:
+    async def rewind_to_ack_floor(self, stream: str, durable: str) -> None:
+        """Deliver again everything the durable delivered but nobody acked (a killed holder's
+        batch), now rather than after ack_wait and before a later AckAll could cover it."""
+        info = await self.js.consumer_info(stream, durable)
+        if not info.num_ack_pending:
+            return
+        await self._align_durable(stream, durable, info.ack_floor.stream_seq if info.ack_floor else 0, force=True)
+
+    async def _align_durable(self, stream: str, durable: str, after_seq: int, force: bool = False) -> None:
         info = await self.js.consumer_info(stream, durable)
         floor = info.ack_floor.stream_seq if info.ack_floor else 0
-        if floor <= after_seq:
+        if floor <= after_seq and not force:
             return  # the durable is at or behind the store: duplicates are skipped by sequence
         cfg = info.config
         await self.js.delete_consumer(stream, durable)

@@ -120,6 +120,10 @@ class Placement:
             refresher = asyncio.create_task(self._refresh_lease(kv))
             try:
                 await self._rebuild()
+                # the inbox durable acks all up to a sequence at once: what the previous leader
+                # fetched but never acked would be acked unseen by this leader's first ack, so
+                # everything above the ack floor is delivered again now (applied ids are skipped)
+                await self.bus.rewind_to_ack_floor(subjects.INBOX_STREAM, f"placement-{self.cluster}")
                 self.leader.set()
                 log.info("placement %s leads cluster %s from log seq %d", self.instance, self.cluster,
                          self.last_log_seq)

@@ -200,3 +200,35 @@ async def test_service_restarts_after_its_durable_was_moved_back(make_settings):
         await stack.stop()
     finally:
         await bus.close()
+
+
+async def test_a_new_leader_sees_again_what_a_killed_leader_fetched_but_never_acked(make_settings):
+    # the inbox durable acks "all up to": without a rewind, the new leader's first ack would
+    # cover the killed leader's unacked batch before ack_wait brought it back (a report lost,
+    # its workload running forever in placement's view)
+    from services.common.bus import Bus
+
+    settings = make_settings()
+    bus = await Bus.connect(settings, settings.cluster, name="test-rewind")
+    try:
+        await bus.ensure_infra()
+        durable = f"placement-{settings.cluster}"
+        subject = subjects.inbox_subject(settings.cluster, "workload.completed")
+        for i in range(3):
+            await bus.js.publish(subject, f"old-{i}".encode())
+        killed = await bus.js.pull_subscribe_bind(durable, subjects.INBOX_STREAM)
+        fetched = await killed.fetch(3, timeout=5)
+        assert [m.data for m in fetched] == [b"old-0", b"old-1", b"old-2"]  # never acked: "killed"
+        await killed.unsubscribe()
+        await bus.js.publish(subject, b"new")
+
+        await bus.rewind_to_ack_floor(subjects.INBOX_STREAM, durable)
+        leader = await bus.js.pull_subscribe_bind(durable, subjects.INBOX_STREAM)
+        got = await leader.fetch(10, timeout=2)  # well within ack_wait (5 s)
+        assert [m.data for m in got] == [b"old-0", b"old-1", b"old-2", b"new"]
+        await got[-1].ack()
+        info = await bus.js.consumer_info(subjects.INBOX_STREAM, durable)
+        assert info.num_ack_pending == 0 and info.num_pending == 0
+        await leader.unsubscribe()
+    finally:
+        await bus.close()
