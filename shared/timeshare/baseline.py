@@ -18,17 +18,18 @@ from .cluster import Pool
 from .placement import find_victims, lost_gpu_s
 from .queue import walk
 from .state import SchedulerState, Workload
+from .units import Seconds
 from .workload import PRIORITY_RANK
 
 
-def may_end_now(w: Workload, now_s: float) -> bool:
+def may_end_now(w: Workload, now_s: Seconds) -> bool:
     return not w.non_preemptible
 
 
 class BaselinePolicy:
     name = "baseline"
 
-    def schedule(self, state: SchedulerState, now_s: float) -> list[ev.Event]:
+    def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
         out = state.expire_protection(now_s)
         out += state.drain_events(now_s, may_end_now)
         for gpu_type, pool in state.cluster.pools.items():
@@ -36,18 +37,18 @@ class BaselinePolicy:
                 out += self._schedule_pool(state, pool, now_s)
         return out
 
-    def drain_blocked_until_s(self, w: Workload, now_s: float) -> float:
+    def drain_blocked_until_s(self, w: Workload, now_s: Seconds) -> Seconds:
         """Non-preemptible work blocks a drain until it completes."""
         return w.run_start_s + w.remaining_s() if w.non_preemptible else now_s
 
-    def _schedule_pool(self, state: SchedulerState, pool: Pool, now_s: float) -> list[ev.Event]:
+    def _schedule_pool(self, state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
         out: list[ev.Event] = []
         gpu_type = pool.gpu_type
         queues = [q for (t, _, _), q in sorted(state.queues.items()) if t == gpu_type and q.count]
         caps = {leaf: int(state.tree.nodes[leaf].fraction * pool.total_gpus) for leaf in state.tree.leaves}
         held = state.nonpreemptible_gpus[gpu_type]
         # smallest request that failed to preempt, per priority rank (lower ranks have fewer victims)
-        fail_at = {rank: math.inf for rank in PRIORITY_RANK.values()}
+        fail_at: dict[int, int | float] = {rank: math.inf for rank in PRIORITY_RANK.values()}
         preemptible_running = [True]
         current_rank = [max(PRIORITY_RANK.values())]
 
@@ -70,7 +71,7 @@ class BaselinePolicy:
                     fail_at[0] = min(fail_at[0], gpus)
                     continue
 
-                def may_preempt(v: Workload, rank=rank) -> bool:
+                def may_preempt(v: Workload, rank: int = rank) -> bool:
                     return not v.non_preemptible and PRIORITY_RANK[v.spec.priority] < rank
 
                 def cost(v: Workload) -> tuple:

@@ -220,7 +220,7 @@ class Pool:
             return None
         whole = self.buckets[gpn]
         if exclude:
-            whole = [i for i in whole if i not in exclude]
+            return self.pick_whole_nodes(sorted([i for i in whole if i not in exclude]), gpus // gpn)
         return self.pick_whole_nodes(sorted(whole), gpus // gpn)
 
     def pick_whole_nodes(self, candidates: list[int], count: int) -> list[Node] | None:

@@ -31,8 +31,10 @@ with no due share (fraction 0) runs only unallocated work.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from .tree import AllocationTree
+from .units import Seconds
 from .window import UsageLedger
 
 INFINITE = math.inf
@@ -44,7 +46,7 @@ class FairShareView:
     A scheduling pass charges the work it starts or stops (:meth:`charge`) so that later
     choices in the same pass see the new fills."""
 
-    def __init__(self, tree: AllocationTree, ledger: UsageLedger, gpu_type: str, pool_gpus: int, now_s: float,
+    def __init__(self, tree: AllocationTree, ledger: UsageLedger, gpu_type: str, pool_gpus: int, now_s: Seconds,
                  catch_up: float = 1.0):
         self.tree = tree
         self.gpu_type = gpu_type
@@ -130,9 +132,10 @@ class FairShareView:
         visit(self.tree.roots)
         return out
 
-    def pick(self, active: dict[str, int], key=None) -> str | None:
+    def pick(self, active: dict[str, int], key: Callable[[str], tuple] | None = None) -> str | None:
         """The most deserving leaf among those with ``active[path] > 0`` leaves beneath."""
-        key = key or self.key
+        if key is None:
+            key = self.key
         # a pass picks again after every start and whenever a leaf runs out of work, while
         # only the paths of charged leaves change: keys are kept until charge drops them
         memo = self._key_memo if key == self.key else self._total_key_memo if key == self.total_key else None
@@ -148,8 +151,8 @@ class FairShareView:
         nodes = self.tree.nodes
         siblings = self.tree.roots
         while True:
-            best = None
-            best_key = None
+            best: str | None = None
+            best_key: tuple | None = None
             for path in siblings:
                 if active.get(path, 0) > 0:
                     if best is None:
@@ -180,6 +183,6 @@ class FairShareView:
         return self.tree.divergence(leaf_a, leaf_b)
 
 
-def workload_sort_key(priority_rank: int, submit_s: int, workload_id: str) -> tuple[int, int, str]:
+def workload_sort_key(priority_rank: int, submit_s: Seconds, workload_id: str) -> tuple[int, Seconds, str]:
     """Order inside a leaf: higher priority first, then earlier submission, then id."""
     return (-priority_rank, submit_s, workload_id)

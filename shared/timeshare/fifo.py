@@ -6,25 +6,28 @@ from __future__ import annotations
 
 from . import events as ev
 from .state import SchedulerState, Workload
+from .units import Seconds
 
 
 class FifoPolicy:
     name = "fifo"
 
-    def prepare(self, state: SchedulerState) -> None:
+    def prepare(self, state: SchedulerState) -> dict[str, list[tuple[Seconds, str]]]:
+        """Have the state keep pending work in submit order (from now on); returns that order."""
         if state.submit_order is None:
             state.submit_order = {}
             for w in state.pending():
                 state.submit_order.setdefault(w.gpu_type, []).append((w.submit_s, w.id))
             for order in state.submit_order.values():
                 order.sort()
+        return state.submit_order
 
-    def schedule(self, state: SchedulerState, now_s: float) -> list[ev.Event]:
-        self.prepare(state)
+    def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
+        submit_order = self.prepare(state)
         out = state.expire_protection(now_s)
         out += state.drain_events(now_s, lambda w, t: False)  # no preemption: drains wait
         for gpu_type, pool in state.cluster.pools.items():
-            order = state.submit_order.get(gpu_type)
+            order = submit_order.get(gpu_type)
             while order:
                 w = state.workloads[order[0][1]]
                 nodes = pool.find_free(w.gpus)
@@ -35,5 +38,5 @@ class FifoPolicy:
                 out.append(e)
         return out
 
-    def drain_blocked_until_s(self, w: Workload, now_s: float) -> float:
+    def drain_blocked_until_s(self, w: Workload, now_s: Seconds) -> Seconds:
         return w.run_start_s + w.remaining_s()

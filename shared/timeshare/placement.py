@@ -23,6 +23,7 @@ from typing import Callable
 
 from .cluster import Node, Pool
 from .state import SchedulerState, Workload
+from .units import Seconds
 
 _FREE = (-1,)
 
@@ -74,7 +75,7 @@ def find_victims(
             candidates.sort()
             taken = 0
             got = free
-            worst = None
+            worst: tuple | None = None
             for c, n in candidates:
                 taken += 1
                 got += n
@@ -97,16 +98,15 @@ def find_victims(
         if node.free == node.gpus:
             node_costs.append((_FREE, node.index))
             continue
-        worst: tuple | None = _FREE
+        most: tuple = _FREE  # the node's most expensive victim
         for wid in node.holders:
             c = cost_of(wid)
             if c is None:
-                worst = None
-                break
-            if c > worst:
-                worst = c
-        if worst is not None:
-            node_costs.append((worst, node.index))
+                break  # work it may not preempt: not a candidate
+            if c > most:
+                most = c
+        else:
+            node_costs.append((most, node.index))
     if len(node_costs) < need:
         return None
     node_costs.sort()
@@ -143,6 +143,6 @@ def preemptible_nodes(pool: Pool, nodes: list[Node], may_preempt: Callable[[Work
     return out
 
 
-def lost_gpu_s(w: Workload, now_s: float) -> float:
+def lost_gpu_s(w: Workload, now_s: Seconds) -> Seconds:
     """GPU-seconds of progress that preempting ``w`` now would throw away."""
     return (now_s - w.run_start_s - (w.saved_progress_s(now_s) - w.progress_s)) * w.gpus

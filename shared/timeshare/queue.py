@@ -8,8 +8,11 @@ touches the few that can still be placed.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from typing import Callable, Iterator, Union
 
 Key = tuple  # (-priority rank, submit_s, workload id)
+#: the largest GPU count a walk may still yield, plus one (re-read after every item)
+Limit = Callable[[], float]
 
 
 class LeafQueue:
@@ -40,12 +43,12 @@ class LeafQueue:
         """All entries in order (for display; passes use :meth:`walk`)."""
         return sorted((k, g) for g, keys in self.by_size.items() for k in keys)
 
-    def walk(self, limit):
+    def walk(self, limit: Limit) -> Iterator[tuple[Key, int]]:
         """Yield ``(key, gpus)`` in order among sizes below ``limit()`` (see :func:`walk`)."""
         return walk([self], limit)
 
 
-def walk(queues: list[LeafQueue], limit):
+def walk(queues: list[LeafQueue], limit: Union[Limit, list[Limit]]) -> Iterator[tuple[Key, int]]:
     """Yield ``(key, gpus)`` of several queues merged in key order, among sizes below ``limit()``.
 
     ``limit`` (one callable, or one per queue) is re-read after every item, so a caller
@@ -55,15 +58,16 @@ def walk(queues: list[LeafQueue], limit):
     added behind that point waits for the next pass).
     """
     groups = [(g, keys, qi) for qi, q in enumerate(queues) for g, keys in q.by_size.items()]
-    last: list = [None] * len(groups)
-    per_queue = isinstance(limit, (list, tuple))
+    last: list[Key | None] = [None] * len(groups)
+    limits = limit if isinstance(limit, (list, tuple)) else None
+    one = None if isinstance(limit, (list, tuple)) else limit
     while True:
-        bounds = [f() for f in limit] if per_queue else None
-        bound = None if per_queue else limit()
-        best = None
+        bounds = [f() for f in limits] if limits is not None else []
+        bound = one() if one is not None else 0.0
+        best: Key | None = None
         best_i = -1
         for i, (g, keys, qi) in enumerate(groups):
-            if g >= (bounds[qi] if per_queue else bound) or not keys:
+            if g >= (bounds[qi] if limits is not None else bound) or not keys:
                 continue
             after = last[i]
             c = 0 if after is None else bisect_right(keys, after)

@@ -22,15 +22,16 @@ from typing import Callable, NamedTuple
 from .cluster import NODE_HEALTHY, Pool
 from .fairshare import FairShareView
 from .state import SchedulerState
+from .units import Seconds
 
 
 class Reservation(NamedTuple):
     workload_id: str
     nodes: frozenset[int]
-    until_s: float
+    until_s: Seconds
 
 
-def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: float,
+def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: Seconds,
                      victims_for: Callable[[str, int], dict], queues: dict | None = None) -> Reservation | None:
     gpn = pool.gpus_per_node
     heads = _pending_gangs(state, pool, state.queues if queues is None else queues)
@@ -71,7 +72,7 @@ def _pending_gangs(state: SchedulerState, pool: Pool, queues: dict) -> dict[str,
     return heads
 
 
-def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: float) -> dict[int, float]:
+def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: Seconds) -> dict[int, Seconds]:
     """Per healthy node: when ``leaf`` could empty it (inf: work it may not preempt)."""
     key = (pool.gpu_type, "reserve", leaf)
     cached = state.victim_memo.get(key)

@@ -22,30 +22,34 @@ A pass with no node changed since the previous one only looks at work that arriv
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, Iterator
 
 from . import events as ev
-from .cluster import Pool
+from .cluster import Node, Pool
+from .config import PolicyConfig
 from .fairshare import FairShareView
 from .placement import find_victims, lost_gpu_s, preemptible_nodes
-from .queue import LeafQueue, walk
-from .reservation import plan_reservation
+from .queue import Key, LeafQueue, Limit, walk
+from .reservation import Reservation, plan_reservation
 from .state import PENDING, SchedulerState, Workload
+from .units import Seconds
 
 
-def may_end_now(w: Workload, now_s: float) -> bool:
+def may_end_now(w: Workload, now_s: Seconds) -> bool:
     """Budget policy: unallocated work always, allocated work once its minimum runtime is over."""
     return not w.allocated or not w.is_protected(now_s)
 
 
-def drain_blocked_until_s(w: Workload, now_s: float) -> float:
+def drain_blocked_until_s(w: Workload, now_s: Seconds) -> Seconds:
     """When a drain may end ``w`` at the latest under this policy."""
-    return now_s if may_end_now(w, now_s) else w.protected_until_s
+    until = w.protected_until_s
+    return now_s if until is None or may_end_now(w, now_s) else until  # protected: until is set
 
 
 class BudgetPolicy:
     name = "budget"
 
-    def schedule(self, state: SchedulerState, now_s: float) -> list[ev.Event]:
+    def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
         out = state.expire_protection(now_s)
         out += state.drain_events(now_s, may_end_now)
         for gpu_type, pool in state.cluster.pools.items():
@@ -54,7 +58,7 @@ class BudgetPolicy:
         state.tree_changed = False
         return out
 
-    def drain_blocked_until_s(self, w: Workload, now_s: float) -> float:
+    def drain_blocked_until_s(self, w: Workload, now_s: Seconds) -> Seconds:
         return drain_blocked_until_s(w, now_s)
 
 
@@ -65,12 +69,13 @@ class _LeafTurn:
 
     def __init__(self, leaf: str):
         self.leaf = leaf
-        self.walker = None
-        self.preempt_fail = math.inf  # smallest request of this leaf that found no victims
+        self.walker: Iterator[tuple[Key, int]] | None = None
+        self.preempt_fail: int | float = math.inf  # smallest request of this leaf that found no victims
 
 
-def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.Event]:
+def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
     out: list[ev.Event] = []
+    leaf: str | None  # the leaf a phase's loop serves (None: pick the next)
     gpu_type = pool.gpu_type
     tree = state.tree
     config = state.config
@@ -99,7 +104,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
     fresh.clear()
     view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s, config.catch_up)
 
-    def start(w: Workload, nodes) -> None:
+    def start(w: Workload, nodes: list[Node]) -> None:
         e = state.started(w, nodes, now_s)
         state.apply(e)
         out.append(e)
@@ -186,7 +191,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
         if turn.walker is None:
             q = queues[(gpu_type, leaf, "a")]
 
-            def limit(turn=turn, leaf=leaf, q=q) -> float:
+            def limit(turn: _LeafTurn = turn, leaf: str = leaf, q: LeafQueue = q) -> float:
                 room = share_room(leaf)
                 fit = pool.fit_limit()
                 if turn.preempt_fail <= 1 or room < 1:
@@ -220,7 +225,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
             continue
         nodes, victims, victims_of = plan
         for v in victims:
-            reason = _reason(v, w, victims_of, view, hysteresis)
+            reason = _reason(v, w, victims_of, view, config)
             for e in state.preempted(v, now_s, reason):
                 state.apply(e)
                 out.append(e)
@@ -236,10 +241,11 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
     # an unallocated request only that of subtrees that run more than it would, counting the
     # request, so free capacity is shared fairly ---------------------------------------------
     active.clear()
-    walkers: dict[str, object] = {}
-    failed: dict[tuple[str, str], float] = {}
+    walkers: dict[str, Iterator[tuple[Key, int]]] = {}
+    failed: dict[tuple[str, str], int | float] = {}  # smallest failed request (inf: none)
     for leaf in tree.leaves:
-        qs, limits = [], []
+        qs: list[LeafQueue] = []
+        limits: list[Limit] = []
         for cls in ("u", "a"):
             q = queues.get((gpu_type, leaf, cls))
             if q is None or not q.count:
@@ -248,7 +254,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
             # class keeps its own smallest failed size
             failed[(leaf, cls)] = math.inf
 
-            def limit4(key=(leaf, cls)) -> float:
+            def limit4(key: tuple[str, str] = (leaf, cls)) -> float:
                 cap = min(failed[key] - 1, pool.open_limit(), pool.free_gpus + state.unallocated_gpus[gpu_type])
                 return max(pool.fit_limit(), cap) + 1
 
@@ -334,8 +340,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: float) -> list[ev.E
     return out
 
 
-def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w: Workload, total,
-                  config) -> bool:
+def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w: Workload,
+                  total: Callable[[str, int], float], config: PolicyConfig) -> bool:
     """Whether every subtree losing unallocated work to ``w`` still runs more for its due share
     than ``w``'s side will, by the hysteresis, once all of the victims are gone (Kueue's "less
     than or equal to final share"). Judging by the victims' fill *before* let two subtrees take
@@ -349,8 +355,9 @@ def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w
 
 
 def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
-                     victims_of: dict[str, tuple[str, str]], now_s: float, exclude: frozenset[int],
-                     reservation, unallocated_from: set[str] | None = None, memo_space: str = "in") -> tuple | None:
+                     victims_of: dict[str, tuple[str, str]], now_s: Seconds, exclude: frozenset[int],
+                     reservation: Reservation | None, unallocated_from: set[str] | None = None,
+                     memo_space: str = "in") -> tuple[list[Node], list[Workload], dict[str, tuple[str, str]]] | None:
     """Victims that make room for ``w``, or None. Remembers failures per leaf: with the same
     victims allowed (and the same reservation kept out), a failed search is redone only on
     nodes that changed since."""
@@ -396,7 +403,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         # the latest failure of a request at most this large with the same victims allowed
         # (the memo above keeps one size only; it also decides which leaves phase 3 skips)
         failures = state.victim_memo.setdefault((gpu_type, leaf, memo_space, "by size"), {})
-        failed_seq = memo[0] if narrowed else None
+        failed_seq = memo[0] if narrowed and memo is not None else None
         for size, (seq, key) in failures.items():
             if size <= gpus and key == eligible_key and (failed_seq is None or seq > failed_seq):
                 failed_seq = seq
@@ -408,7 +415,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                     if changed else None)
         else:
             plan = find_victims(state, pool, gpus, may_preempt, cost, exclude=exclude)
-        if plan is None and (not narrowed or gpus == memo[2]):
+        if plan is None and (not narrowed or (memo is not None and gpus == memo[2])):
             state.victim_memo[(gpu_type, leaf, memo_space)] = (pool.change_seq, eligible_key, gpus)
         if plan is None:
             failures[gpus] = (pool.change_seq, eligible_key)
@@ -417,7 +424,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     return plan[0], plan[1], victims_of
 
 
-def _reason(victim: Workload, by: Workload, victims_of, view: FairShareView, hysteresis) -> ev.PreemptionReason:
+def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str]], view: FairShareView,
+            config: PolicyConfig) -> ev.PreemptionReason:
     if not victim.allocated:
         return ev.PreemptionReason(
             kind="unallocated", by_workload_id=by.id, by_project=by.leaf,
@@ -427,6 +435,9 @@ def _reason(victim: Workload, by: Workload, victims_of, view: FairShareView, hys
     level = mine.rsplit("/", 1)[0] if "/" in mine else ""
     fill_mine = view.fill(mine, by.gpus)
     fill_theirs = view.fill(theirs)
+    # the number as configured, read untyped: a compiled build would turn an int given for
+    # this float field into a float on the way (see units.py)
+    hysteresis: Any = getattr(config, "preemption_hysteresis")
     return ev.PreemptionReason(
         kind="fair_share", by_workload_id=by.id, by_project=by.leaf, level=level,
         preemptor_subtree=mine, victim_subtree=theirs,

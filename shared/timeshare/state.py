@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
+from typing import Callable
 
 from . import events as ev
 from .cluster import NODE_CORDONED, NODE_DOWN, NODE_DRAINED, NODE_HEALTHY, Cluster, Node
@@ -17,6 +18,7 @@ from .config import PolicyConfig
 from .fairshare import workload_sort_key
 from .queue import LeafQueue
 from .tree import AllocationTree
+from .units import Seconds
 from .window import UsageLedger
 from .workload import PRIORITY_RANK, WorkloadSpec, check_contract
 
@@ -38,7 +40,7 @@ class Workload:
         "attempt", "preemptions", "resubmit_of", "submit_s", "non_preemptible",
     )
 
-    def __init__(self, spec: WorkloadSpec, submit_s: int, resubmit_of: str | None):
+    def __init__(self, spec: WorkloadSpec, submit_s: Seconds, resubmit_of: str | None):
         self.spec = spec
         self.id = spec.id
         self.leaf = spec.project
@@ -48,12 +50,12 @@ class Workload:
         self.key = workload_sort_key(PRIORITY_RANK[spec.priority], submit_s, spec.id)
         self.state = PENDING
         self.progress_s = 0
-        self.run_start_s = 0
+        self.run_start_s: Seconds = 0
         self.allocated = False
-        self.protected_until_s: int | None = None
+        self.protected_until_s: Seconds | None = None
         self.placement: list[tuple[Node, list[int]]] = []
-        self.first_start_s: int | None = None
-        self.queued_since_s = submit_s
+        self.first_start_s: Seconds | None = None
+        self.queued_since_s: Seconds = submit_s
         self.attempt = 0
         self.preemptions = 0
         self.resubmit_of = resubmit_of
@@ -67,10 +69,10 @@ class Workload:
     def remaining_s(self) -> int:
         return self.spec.work_s - self.progress_s
 
-    def is_protected(self, now_s: float) -> bool:
+    def is_protected(self, now_s: Seconds) -> bool:
         return self.protected_until_s is not None and now_s < self.protected_until_s
 
-    def saved_progress_s(self, now_s: float) -> int:
+    def saved_progress_s(self, now_s: Seconds) -> int:
         """Work that survives a stop now: resumable work keeps its last checkpoint."""
         if not self.spec.resumable:
             return 0
@@ -100,8 +102,8 @@ class SchedulerState:
         self.nonpreemptible_gpus: dict[str, dict[str, int]] = {t: {} for t in cluster.pools}
         self.pending_by_pool: dict[str, int] = {t: 0 for t in cluster.pools}
         #: (submit_s, id) of pending work per pool, kept only when a policy needs it (fifo)
-        self.submit_order: dict[str, list[tuple[float, str]]] | None = None
-        self._protection: list[tuple[float, str, int]] = []  # (until, id, attempt)
+        self.submit_order: dict[str, list[tuple[Seconds, str]]] | None = None
+        self._protection: list[tuple[Seconds, str, int]] = []  # (until, id, attempt)
         self._seq = 0
         self._id_prefix = id_prefix
         #: scheduler's cache of failed victim searches (an optimisation, never a decision)
@@ -119,7 +121,7 @@ class SchedulerState:
         return f"{self._id_prefix}{self._seq}"
 
     @staticmethod
-    def ms(now_s: float) -> int:
+    def ms(now_s: Seconds) -> int:
         return int(round(now_s * 1000))
 
     # -- queries --------------------------------------------------------------------------
@@ -141,12 +143,12 @@ class SchedulerState:
             raise ValueError(f"id: workload {spec.id!r} already exists")
 
     # -- decisions that come from outside the scheduler -----------------------------------
-    def submitted(self, spec: WorkloadSpec, now_s: float, resubmit_of: str | None = None) -> ev.WorkloadSubmitted:
+    def submitted(self, spec: WorkloadSpec, now_s: Seconds, resubmit_of: str | None = None) -> ev.WorkloadSubmitted:
         self.validate_submission(spec)
         return ev.WorkloadSubmitted(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
                                     workload=spec, resubmit_of=resubmit_of)
 
-    def completed(self, workload_id: str, now_s: float, exit_code: int = 0) -> ev.Event:
+    def completed(self, workload_id: str, now_s: Seconds, exit_code: int = 0) -> ev.Event:
         w = self.workloads[workload_id]
         if w.state != RUNNING:
             raise ValueError(f"{workload_id} is {w.state}, not running")
@@ -156,14 +158,14 @@ class SchedulerState:
         return ev.WorkloadCompleted(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
                                     workload_id=workload_id)
 
-    def cancelled(self, workload_id: str, now_s: float, by: str = "") -> ev.WorkloadCancelled:
+    def cancelled(self, workload_id: str, now_s: Seconds, by: str = "") -> ev.WorkloadCancelled:
         w = self.workloads[workload_id]
         if w.state in ENDED:
             raise ValueError(f"{workload_id} already ended ({w.state})")
         return ev.WorkloadCancelled(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
                                     workload_id=workload_id, by=by)
 
-    def started(self, w: Workload, nodes: list[Node], now_s: float, non_preemptible: bool = False,
+    def started(self, w: Workload, nodes: list[Node], now_s: Seconds, non_preemptible: bool = False,
                 contract: bool = True) -> ev.WorkloadStarted:
         """The event that starts ``w`` on ``nodes`` (GPU ids picked here, lowest free first)."""
         per_node = w.gpus if len(nodes) == 1 else w.spec.gpus // len(nodes)
@@ -183,7 +185,7 @@ class SchedulerState:
             attempt=w.attempt + 1, non_preemptible=non_preemptible,
         )
 
-    def preempted(self, w: Workload, now_s: float, reason: ev.PreemptionReason) -> list[ev.Event]:
+    def preempted(self, w: Workload, now_s: Seconds, reason: ev.PreemptionReason) -> list[ev.Event]:
         """Events that stop ``w`` now: preempted, then requeued when it is resumable."""
         saved = w.saved_progress_s(now_s)
         lost_s = int(now_s - w.run_start_s) - (saved - w.progress_s)
@@ -195,7 +197,7 @@ class SchedulerState:
                                            workload_id=w.id, progress_s=saved))
         return out
 
-    def expire_protection(self, now_s: float) -> list[ev.Event]:
+    def expire_protection(self, now_s: Seconds) -> list[ev.Event]:
         """min_runtime_reached for every allocated workload whose protection ended by now."""
         out: list[ev.Event] = []
         heap = self._protection
@@ -209,16 +211,16 @@ class SchedulerState:
                 out.append(e)
         return out
 
-    def next_protection_expiry_s(self) -> float | None:
+    def next_protection_expiry_s(self) -> Seconds | None:
         return self._protection[0][0] if self._protection else None
 
     # -- nodes ----------------------------------------------------------------------------
-    def node_unhealthy(self, name: str, now_s: float, reason: str, needs_human: bool) -> ev.NodeUnhealthy:
+    def node_unhealthy(self, name: str, now_s: Seconds, reason: str, needs_human: bool) -> ev.NodeUnhealthy:
         self.cluster.node(name)
         return ev.NodeUnhealthy(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
                                 node=name, reason=reason, needs_human=needs_human)
 
-    def node_failed(self, name: str, now_s: float, reason: str) -> list[ev.Event]:
+    def node_failed(self, name: str, now_s: Seconds, reason: str) -> list[ev.Event]:
         """The node dies: its work ends at once (resumable work is requeued)."""
         node = self.cluster.node(name)
         out: list[ev.Event] = [ev.NodeFailed(event_id=self.next_event_id(), at_ms=self.ms(now_s),
@@ -233,7 +235,7 @@ class SchedulerState:
                                              workload_id=wid, reason=f"node {name} failed: {reason}"))
         return out
 
-    def node_repaired(self, name: str, now_s: float) -> ev.NodeRepaired:
+    def node_repaired(self, name: str, now_s: Seconds) -> ev.NodeRepaired:
         self.cluster.node(name)
         return ev.NodeRepaired(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, node=name)
 
@@ -241,7 +243,7 @@ class SchedulerState:
     def apply(self, e: ev.Event) -> None:
         """Change the state by one event. Events must arrive in order."""
         self.last_event_ms = e.at_ms
-        now_s = e.at_ms / 1000 if e.at_ms % 1000 else e.at_ms // 1000
+        now_s: Seconds = e.at_ms / 1000 if e.at_ms % 1000 else e.at_ms // 1000
         match e:
             case ev.WorkloadSubmitted():
                 spec = e.workload
@@ -315,7 +317,7 @@ class SchedulerState:
             order = self.submit_order[w.gpu_type]
             del order[bisect_left(order, (w.submit_s, w.id))]
 
-    def _start(self, w: Workload, e: ev.WorkloadStarted, now_s: float) -> None:
+    def _start(self, w: Workload, e: ev.WorkloadStarted, now_s: Seconds) -> None:
         if w.state != PENDING:
             raise ValueError(f"{w.id} is {w.state}; only pending work starts")
         self._dequeue(w)
@@ -366,7 +368,7 @@ class SchedulerState:
         for node, ids in w.placement:
             pool.block(node, sign * len(ids))
 
-    def _stop(self, w: Workload, now_s: float) -> None:
+    def _stop(self, w: Workload, now_s: Seconds) -> None:
         if w.state != RUNNING:
             raise ValueError(f"{w.id} is {w.state}, not running")
         pool = self.cluster.pool(w.gpu_type)
@@ -386,7 +388,7 @@ class SchedulerState:
             self.unprotected_gpus[w.gpu_type][w.leaf] -= w.gpus
         w.protected_until_s = None
 
-    def _end(self, w: Workload, now_s: float, state: str) -> None:
+    def _end(self, w: Workload, now_s: Seconds, state: str) -> None:
         if w.state == RUNNING:
             self._stop(w, now_s)
         elif w.state == PENDING:
@@ -397,7 +399,7 @@ class SchedulerState:
     def cordoned_nodes(self) -> list[Node]:
         return [n for p in self.cluster.pools.values() if p.cordoned for n in p.nodes if n.state == NODE_CORDONED]
 
-    def drain_events(self, now_s: float, may_end_now) -> list[ev.Event]:
+    def drain_events(self, now_s: Seconds, may_end_now: Callable[[Workload, Seconds], bool]) -> list[ev.Event]:
         """Drain cordoned nodes: stop what ``may_end_now(w, now_s)`` allows; report empty nodes."""
         out: list[ev.Event] = []
         for node in self.cordoned_nodes():

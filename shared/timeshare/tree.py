@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 
 class TreeError(ValueError):
@@ -69,7 +70,7 @@ class AllocationTree:
         self._divergence: dict[tuple[str, str], tuple[str, str] | None] = {}
         #: per leaf, every other leaf with the two sibling subtrees where their paths part
         self.splits: dict[str, list[tuple[str, str, str]]] = {
-            leaf: [(other, *self.divergence(leaf, other)) for other in self.leaves if other != leaf]
+            leaf: [(other, *cast(tuple[str, str], self.divergence(leaf, other))) for other in self.leaves if other != leaf]
             for leaf in self.leaves
         }
         #: the same splits grouped by subtree pair, in the same order: (a, b, leaves under b);
@@ -86,19 +87,24 @@ class AllocationTree:
     def divergence(self, leaf_a: str, leaf_b: str) -> tuple[str, str] | None:
         """The two sibling subtrees where the paths of two leaves part (None for the same leaf)."""
         key = (leaf_a, leaf_b)
-        found = self._divergence.get(key, False)
-        if found is False:
-            found = None
-            for a, b in zip(self.paths[leaf_a], self.paths[leaf_b]):
-                if a != b:
-                    found = (a, b)
-                    break
-            self._divergence[key] = found
+        try:
+            return self._divergence[key]
+        except KeyError:
+            pass
+        found: tuple[str, str] | None = None
+        for a, b in zip(self.paths[leaf_a], self.paths[leaf_b]):
+            if a != b:
+                found = (a, b)
+                break
+        self._divergence[key] = found
         return found
 
     @classmethod
-    def from_shares(cls, shares: dict[str, float]) -> "AllocationTree":
-        """Validate ``{path: share}`` and compute fractions; raise TreeError naming the path."""
+    def from_shares(cls, shares: dict[Any, Any]) -> "AllocationTree":
+        """Validate ``{path: share}`` and compute fractions; raise TreeError naming the path.
+
+        ``shares`` is what a caller gave (a file, a request), checked here: typed ``Any`` so that
+        a compiled build sees the values as given, as the checks below do."""
         nodes: dict[str, TreeNode] = {}
         for path in sorted(shares):
             share = shares[path]

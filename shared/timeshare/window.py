@@ -12,8 +12,10 @@ Queries must not go back in time: ``now_s`` is non-decreasing across calls.
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Iterable
 
 from .tree import ancestors
+from .units import Seconds
 
 _COMPACT_AT = 4096
 
@@ -22,12 +24,12 @@ class _Track:
     __slots__ = ("times", "cums", "rates", "head")
 
     def __init__(self) -> None:
-        self.times: list[int] = []
-        self.cums: list[int] = []
+        self.times: list[Seconds] = []
+        self.cums: list[Seconds] = []
         self.rates: list[int] = []
         self.head = 0
 
-    def cum_at(self, t: int) -> int:
+    def cum_at(self, t: Seconds) -> Seconds:
         times = self.times
         if t >= times[-1]:  # "now": past the last breakpoint, no search needed
             return self.cums[-1] + self.rates[-1] * (t - times[-1])
@@ -40,7 +42,7 @@ class _Track:
     def rate(self) -> int:
         return self.rates[-1] if self.rates else 0
 
-    def add(self, now_s: int, delta_gpus: int, window_s: int) -> None:
+    def add(self, now_s: Seconds, delta_gpus: int, window_s: int) -> None:
         times = self.times
         if times and times[-1] == now_s:
             self.rates[-1] += delta_gpus
@@ -63,7 +65,7 @@ class _Track:
 class UsageLedger:
     """Allocated / unallocated GPU-seconds per tree node (aggregated up) and GPU type."""
 
-    def __init__(self, window_s: int, origin_s: float = 0):
+    def __init__(self, window_s: int, origin_s: Seconds = 0):
         if window_s <= 0:
             raise ValueError("lookback window must be positive")
         self.window_s = window_s
@@ -75,7 +77,7 @@ class UsageLedger:
         self._by_kind: dict[tuple[str, bool], dict[str, _Track]] = {}
         self._paths: dict[str, list[str]] = {}
 
-    def covered_s(self, now_s: float) -> float:
+    def covered_s(self, now_s: Seconds) -> Seconds:
         """The part of the window that has records: min(window, now - origin), at least 1 s."""
         return max(1.0, min(self.window_s, now_s - self.origin_s))
 
@@ -87,7 +89,7 @@ class UsageLedger:
             self._by_kind.setdefault((gpu_type, allocated), {})[path] = track
         return track
 
-    def add_running(self, leaf: str, gpu_type: str, allocated: bool, delta_gpus: int, now_s: int) -> None:
+    def add_running(self, leaf: str, gpu_type: str, allocated: bool, delta_gpus: int, now_s: Seconds) -> None:
         """Record that ``delta_gpus`` more (or fewer, if negative) GPUs run for ``leaf`` from now on.
 
         The path "" is the whole cluster."""
@@ -97,17 +99,17 @@ class UsageLedger:
         for path in paths:
             self._track(path, gpu_type, allocated).add(now_s, delta_gpus, self.window_s)
 
-    def usage_gpu_s(self, path: str, gpu_type: str, allocated: bool, now_s: int) -> int:
+    def usage_gpu_s(self, path: str, gpu_type: str, allocated: bool, now_s: Seconds) -> Seconds:
         """GPU-seconds used by ``path``'s subtree in ``(now - window, now]``."""
         track = self._tracks.get((path, gpu_type, allocated))
         if track is None or not track.times:
             return 0
         return track.cum_at(now_s) - track.cum_at(now_s - self.window_s)
 
-    def snapshot(self, path: str, gpu_type: str, now_s: float) -> tuple[int, int, int]:
+    def snapshot(self, path: str, gpu_type: str, now_s: Seconds) -> tuple[Seconds, int, int]:
         """(allocated GPU-s in the window, allocated GPUs running, unallocated GPUs running)."""
         tracks = self._tracks
-        used = 0
+        used: Seconds = 0
         running = 0
         track = tracks.get((path, gpu_type, True))
         if track is not None and track.times:
@@ -117,13 +119,14 @@ class UsageLedger:
         free_running = track.rates[-1] if track is not None and track.rates else 0
         return used, running, free_running
 
-    def snapshots(self, paths, gpu_type: str, now_s: float) -> tuple[dict, dict, dict]:
+    def snapshots(self, paths: Iterable[str], gpu_type: str, now_s: Seconds
+                  ) -> tuple[dict[str, Seconds], dict[str, int], dict[str, int]]:
         """:meth:`snapshot` of many paths at once (one scheduling pass reads every tree node):
         allocated GPU-s in the window, allocated GPUs running, unallocated GPUs running, by path."""
         allocated = self._by_kind.get((gpu_type, True), {})
         unallocated = self._by_kind.get((gpu_type, False), {})
         window_start_s = now_s - self.window_s
-        used: dict[str, int] = {}
+        used: dict[str, Seconds] = {}
         running: dict[str, int] = {}
         free_running: dict[str, int] = {}
         for path in paths:
