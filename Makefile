@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 PIP ?= .venv/bin/pip
 PYTHON ?= python3
 
-.PHONY: setup run simulate test test-fast bench bench-live bench-report schemas clean
+.PHONY: setup run simulate test test-fast bench compiled bench-live bench-report schemas clean
 
 setup: .venv/.installed
 
@@ -29,8 +29,13 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -m "not slow and not integration"
 
+# pure Python and the compiled core (built first if missing), side by side; prints, never asserts
 bench: setup
 	$(PY) benchmarks/bench_sim.py
+
+# the scheduling core compiled with mypyc into .build/mypyc/<hash>/ (README "Speed: the compiled core")
+compiled: setup
+	$(PY) benchmarks/compiled.py
 
 bench-live: setup
 	$(PY) benchmarks/bench_live.py
@@ -43,4 +48,4 @@ schemas: setup
 	$(PY) -m services.schemas schemas
 
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out .pytest_cache .build
