@@ -11,11 +11,12 @@ possible.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-NODE_HEALTHY = "healthy"
-NODE_CORDONED = "cordoned"   # unhealthy: no new work, draining
-NODE_DRAINED = "drained"     # empty, waiting for repair
-NODE_DOWN = "down"           # failed: its work was killed, waiting for repair
+NODE_HEALTHY: Final = "healthy"
+NODE_CORDONED: Final = "cordoned"   # unhealthy: no new work, draining
+NODE_DRAINED: Final = "drained"     # empty, waiting for repair
+NODE_DOWN: Final = "down"           # failed: its work was killed, waiting for repair
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,13 @@ with no due share (fraction 0) runs only unallocated work.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Final
 
 from .tree import AllocationTree
 from .units import Seconds
 from .window import UsageLedger
 
-INFINITE = math.inf
+INFINITE: Final = math.inf
 
 
 class FairShareView:
@@ -134,20 +134,17 @@ class FairShareView:
 
     def pick(self, active: dict[str, int], key: Callable[[str], tuple] | None = None) -> str | None:
         """The most deserving leaf among those with ``active[path] > 0`` leaves beneath."""
-        if key is None:
-            key = self.key
         # a pass picks again after every start and whenever a leaf runs out of work, while
         # only the paths of charged leaves change: keys are kept until charge drops them
-        memo = self._key_memo if key == self.key else self._total_key_memo if key == self.total_key else None
-
-        def key_of(path: str) -> tuple:
-            if memo is None:
-                return key(path)
-            k = memo.get(path)
-            if k is None:
-                k = memo[path] = key(path)
-            return k
-
+        total = False
+        memo: dict[str, tuple] | None = self._key_memo
+        if key is None or key == self.key:
+            key = self.key
+        elif key == self.total_key:
+            memo, total = self._total_key_memo, True
+        else:
+            memo = None
+        key_of = self._memo_key
         nodes = self.tree.nodes
         siblings = self.tree.roots
         while True:
@@ -159,8 +156,8 @@ class FairShareView:
                         best = path  # its key is needed only if another sibling is active
                         continue
                     if best_key is None:
-                        best_key = key_of(best)
-                    k = key_of(path)
+                        best_key = key_of(best, memo, total, key)
+                    k = key_of(path, memo, total, key)
                     if k < best_key:
                         best, best_key = path, k
             if best is None:
@@ -169,6 +166,16 @@ class FairShareView:
             if not children:
                 return best
             siblings = children
+
+    def _memo_key(self, path: str, memo: dict[str, tuple] | None, total: bool, key: Callable[[str], tuple]) -> tuple:
+        """``key(path)`` for :meth:`pick`, kept in ``memo`` (that of :meth:`key`, or of
+        :meth:`total_key` when ``total``) until :meth:`charge` drops it."""
+        if memo is None:
+            return key(path)
+        k = memo.get(path)
+        if k is None:
+            k = memo[path] = self.total_key(path) if total else self.key(path)
+        return k
 
     def ordering_key(self, leaf: str) -> list[dict]:
         """What users are shown: per level from the top, the subtree's fill and ratio."""

@@ -20,6 +20,7 @@ import math
 from typing import Callable, NamedTuple
 
 from .cluster import NODE_HEALTHY, Pool
+from .queue import LeafQueue
 from .fairshare import FairShareView
 from .state import SchedulerState
 from .units import Seconds
@@ -32,7 +33,8 @@ class Reservation(NamedTuple):
 
 
 def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: Seconds,
-                     victims_for: Callable[[str, int], dict], queues: dict | None = None) -> Reservation | None:
+                     victims_for: Callable[[str, int], dict],
+                     queues: dict[tuple[str, str, str], LeafQueue] | None = None) -> Reservation | None:
     gpn = pool.gpus_per_node
     heads = _pending_gangs(state, pool, state.queues if queues is None else queues)
     if not heads:
@@ -56,7 +58,8 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
     return None
 
 
-def _pending_gangs(state: SchedulerState, pool: Pool, queues: dict) -> dict[str, tuple[tuple, int]]:
+def _pending_gangs(state: SchedulerState, pool: Pool,
+                   queues: dict[tuple[str, str, str], LeafQueue]) -> dict[str, tuple[tuple, int]]:
     """Per leaf with a due share and allocated whole-node gangs pending: its first gang's
     (queue key, GPUs)."""
     gpn = pool.gpus_per_node

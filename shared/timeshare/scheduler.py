@@ -129,6 +129,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         return out_
 
     fair = config.unallocated_preemption == "fair"
+    any_unallocated = config.unallocated_preemption == "any"
+    unallocated_hysteresis = config.unallocated_hysteresis
 
     def share_room(leaf: str) -> float:
         """Largest request of ``leaf`` that is within its due share at every level: a subtree
@@ -155,7 +157,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     def excluded_for(w: Workload) -> frozenset[int]:
         """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
         if reservation is None or w.id == reservation.workload_id \
-                or now_s + w.spec.min_runtime_s <= reservation.until_s:
+                or now_s + w.min_runtime_s <= reservation.until_s:
             return frozenset()
         return reservation.nodes
 
@@ -280,7 +282,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         w = workloads[key[2]]
         if w.state != PENDING:
             continue
-        allocated = w.spec.min_runtime_s > 0 and tree.nodes[leaf].fraction > 0
+        allocated = w.min_runtime_s > 0 and tree.nodes[leaf].fraction > 0
         exclude = excluded_for(w) if allocated else frozenset()
         nodes = pool.find_free(gpus, exclude)
         if nodes is not None:
@@ -295,20 +297,20 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         # run more than it would with the request (unallocated request)
         total = view.total_fill
         unalloc = view.unallocated_running_gpus
-        richer = {}
+        richer: dict[str, tuple[str, str]] = {}
         reachable = pool.free_gpus
-        take_any = allocated and (config.unallocated_preemption == "any" or all(
+        take_any = allocated and (any_unallocated or all(
             # "fair": an allocated request that keeps every subtree above it within its due
             # share plus the hysteresis, in all it runs, still takes any unallocated work
-            total(path, gpus) <= 1.0 + config.unallocated_hysteresis for path in tree.paths[leaf]))
+            view.total_fill(path, gpus) <= 1.0 + unallocated_hysteresis for path in tree.paths[leaf]))
         if allocated and unalloc[leaf]:
             # its own team's unallocated work: the swap changes no other team's share
             richer[leaf] = (leaf, leaf)
             reachable += unalloc[leaf]
         for a, b, others in tree.split_groups[leaf]:
             if unalloc[b]:  # counts add up the tree: some leaf under b runs unallocated work
-                theirs = total(b)
-                if take_any or total(a, gpus) + config.unallocated_hysteresis < theirs:
+                theirs = view.total_fill(b)
+                if take_any or view.total_fill(a, gpus) + unallocated_hysteresis < theirs:
                     for other in others:
                         if unalloc[other]:
                             richer[other] = (a, b)
@@ -402,7 +404,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         narrowed = memo is not None and memo[1] == eligible_key and gpus >= memo[2]
         # the latest failure of a request at most this large with the same victims allowed
         # (the memo above keeps one size only; it also decides which leaves phase 3 skips)
-        failures = state.victim_memo.setdefault((gpu_type, leaf, memo_space, "by size"), {})
+        failures: dict[int, tuple[int, tuple]] = state.victim_memo.setdefault(
+            (gpu_type, leaf, memo_space, "by size"), {})
         failed_seq = memo[0] if narrowed and memo is not None else None
         for size, (seq, key) in failures.items():
             if size <= gpus and key == eligible_key and (failed_seq is None or seq > failed_seq):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from typing import Callable
+from typing import Callable, Final
 
 from . import events as ev
 from .cluster import NODE_CORDONED, NODE_DOWN, NODE_DRAINED, NODE_HEALTHY, Cluster, Node
@@ -22,12 +22,12 @@ from .units import Seconds
 from .window import UsageLedger
 from .workload import PRIORITY_RANK, WorkloadSpec, check_contract
 
-PENDING = "pending"
-RUNNING = "running"
-COMPLETED = "completed"
-PREEMPTED = "preempted"   # ended by preemption (not resumable)
-FAILED = "failed"
-CANCELLED = "cancelled"
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+COMPLETED: Final = "completed"
+PREEMPTED: Final = "preempted"   # ended by preemption (not resumable)
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
 ENDED = (COMPLETED, PREEMPTED, FAILED, CANCELLED)
 
 
@@ -37,7 +37,8 @@ class Workload:
     __slots__ = (
         "spec", "id", "leaf", "gpu_type", "gpus", "key", "state", "progress_s", "run_start_s",
         "allocated", "protected_until_s", "placement", "first_start_s", "queued_since_s",
-        "attempt", "preemptions", "resubmit_of", "submit_s", "non_preemptible",
+        "attempt", "preemptions", "resubmit_of", "submit_s", "non_preemptible", "min_runtime_s",
+        "queue_class",
     )
 
     def __init__(self, spec: WorkloadSpec, submit_s: Seconds, resubmit_of: str | None):
@@ -60,11 +61,9 @@ class Workload:
         self.preemptions = 0
         self.resubmit_of = resubmit_of
         self.non_preemptible = False
-
-    @property
-    def queue_class(self) -> str:
-        """"a" when it asks for allocated time (min runtime > 0), else "u" (unallocated)."""
-        return "a" if self.spec.min_runtime_s > 0 else "u"
+        self.min_runtime_s = spec.min_runtime_s
+        #: "a" when it asks for allocated time (min runtime > 0), else "u" (unallocated)
+        self.queue_class = "a" if spec.min_runtime_s > 0 else "u"
 
     def remaining_s(self) -> int:
         return self.spec.work_s - self.progress_s

@@ -12,31 +12,45 @@ Queries must not go back in time: ``now_s`` is non-decreasing across calls.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Iterable
+from typing import Final, Iterable
 
 from .tree import ancestors
 from .units import Seconds
 
-_COMPACT_AT = 4096
+_COMPACT_AT: Final = 4096
 
 
 class _Track:
-    __slots__ = ("times", "cums", "rates", "head")
+    __slots__ = ("times", "cums", "rates", "head", "cursor")
 
     def __init__(self) -> None:
         self.times: list[Seconds] = []
         self.cums: list[Seconds] = []
         self.rates: list[int] = []
         self.head = 0
+        #: the breakpoint the last query before "now" found: the window's start moves forward
+        #: only, so the next such query walks on from here instead of searching
+        self.cursor = 0
 
     def cum_at(self, t: Seconds) -> Seconds:
         times = self.times
         if t >= times[-1]:  # "now": past the last breakpoint, no search needed
             return self.cums[-1] + self.rates[-1] * (t - times[-1])
-        i = bisect_right(times, t, self.head) - 1
-        if i < self.head:
+        head = self.head
+        if t < times[head]:
             # before the first kept breakpoint: only possible before any usage at all
-            return self.cums[self.head] if i >= 0 else 0
+            return self.cums[head] if head > 0 else 0
+        # the last breakpoint at or before t (times increase): walk on from the cursor, or
+        # search when the query is before it
+        i = self.cursor
+        if i <= head:
+            i = head
+        elif times[i] > t:
+            i = bisect_right(times, t, head) - 1
+        last = len(times) - 1
+        while i < last and times[i + 1] <= t:
+            i += 1
+        self.cursor = i
         return self.cums[i] + self.rates[i] * (t - times[i])
 
     def rate(self) -> int:
@@ -60,6 +74,7 @@ class _Track:
         if head >= _COMPACT_AT:
             del times[:head], self.cums[:head], self.rates[:head]
             self.head = 0
+            self.cursor = max(0, self.cursor - head)
 
 
 class UsageLedger:
