@@ -119,18 +119,19 @@ class FairShareView:
     def leaf_order(self) -> list[str]:
         """Leaves, most deserving first, ranked depth-first level by level."""
         out: list[str] = []
-        nodes = self.tree.nodes
-
-        def visit(siblings: list[str]) -> None:
-            for path in sorted(siblings, key=self.key):
-                children = nodes[path].children
-                if children:
-                    visit(children)
-                else:
-                    out.append(path)
-
-        visit(self.tree.roots)
+        self._visit(self.tree.roots, out)
         return out
+
+    def _visit(self, siblings: list[str], out: list[str]) -> None:
+        # a method, not a recursive closure: compiled by mypyc, a closure that calls itself is
+        # a reference cycle per call, which only the garbage collector frees
+        nodes = self.tree.nodes
+        for path in sorted(siblings, key=self.key):
+            children = nodes[path].children
+            if children:
+                self._visit(children, out)
+            else:
+                out.append(path)
 
     def pick(self, active: dict[str, int], key: Callable[[str], tuple] | None = None) -> str | None:
         """The most deserving leaf among those with ``active[path] > 0`` leaves beneath."""

@@ -8,7 +8,7 @@ Phases of a pass (a pure function of the state and ``now_s``; see fairshare.py f
 3. per GPU type, allocated requests *within due shares*, the most deserving leaf first (re-
    picked after every start): start on free GPUs, else preempt the cheapest eligible victims
    (unallocated work, or allocated work past its minimum runtime of a subtree running above
-   its due share, see ``victims_for``), respecting a gang reservation;
+   its due share, see ``_victims_for``), respecting a gang reservation;
 4. per GPU type, everything else (unallocated requests, allocated requests beyond due
    shares), ordered by all GPUs each subtree runs against its due share; allocated requests
    may preempt any unallocated work (or, with ``unallocated_preemption = "fair"``, their own
@@ -32,6 +32,7 @@ from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .reservation import Reservation, plan_reservation
 from .state import PENDING, SchedulerState, Workload
+from .tree import AllocationTree
 from .units import Seconds
 
 
@@ -110,42 +111,16 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         out.append(e)
         view.charge(w.leaf, w.gpus, e.allocated)
 
+    # (nested functions here never call one another, and a module-level function is called
+    # either from nested functions or from this one, not both: otherwise mypyc keeps every
+    # closure in the environment they share, a reference cycle per pass that only the garbage
+    # collector frees)
     def victims_for(leaf: str, gpus: int) -> dict[str, tuple[str, str]]:
-        """Leaves whose work past its minimum runtime ``leaf`` may preempt for ``gpus`` GPUs.
-
-        Where their paths part (subtrees a and b), b must run above its due share by more
-        than the hysteresis, and either a stays below b even counting the request (so the
-        victim could never take the GPUs straight back), or a runs below its due share and
-        the request fits within that share (so a gang as large as a team's share is not
-        starved by the team's own small work)."""
-        out_: dict[str, tuple[str, str]] = {}
-        fill = view.fill
-        due = view.due_gpus
-        for other, a, b in tree.splits[leaf]:
-            fb = fill(b)
-            if fb > 1.0 + hysteresis and (fill(a, gpus) + hysteresis < fb
-                                          or (fill(a) < 1.0 and gpus <= due[a] and fill(a) + hysteresis < fb)):
-                out_[other] = (a, b)
-        return out_
+        return _victims_for(view, tree, hysteresis, leaf, gpus)
 
     fair = config.unallocated_preemption == "fair"
     any_unallocated = config.unallocated_preemption == "any"
     unallocated_hysteresis = config.unallocated_hysteresis
-
-    def share_room(leaf: str) -> float:
-        """Largest request of ``leaf`` that is within its due share at every level: a subtree
-        running below its due share may start one more request up to that share ("fair":
-        one that leaves it no farther from its due share than it is without it, running +
-        request / 2 <= due, since work started beyond a share is not taken back by teams
-        that run on unallocated time)."""
-        room = math.inf
-        for path in tree.paths[leaf]:
-            due = view.due_gpus[path]
-            gap = due - view.running_gpus[path]
-            if gap <= 0:
-                return 0
-            room = min(room, 2 * gap if fair else due)
-        return room
 
     # -- phase 3: allocated requests within due shares, fair-share order, may preempt -----
     active: dict[str, int] = {}
@@ -194,12 +169,12 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             q = queues[(gpu_type, leaf, "a")]
 
             def limit(turn: _LeafTurn = turn, leaf: str = leaf, q: LeafQueue = q) -> float:
-                room = share_room(leaf)
+                room = _share_room(view, tree, fair, leaf)
                 fit = pool.fit_limit()
                 if turn.preempt_fail <= 1 or room < 1:
                     return min(fit, room) + 1
                 reachable = state.unallocated_gpus[gpu_type]
-                for v in victims_for(leaf, q.min_gpus() if q.count else 1):
+                for v in _victims_for(view, tree, hysteresis, leaf, q.min_gpus() if q.count else 1):
                     reachable += unprotected.get(v, 0)
                 cap = min(turn.preempt_fail - 1, pool.open_limit(), pool.free_gpus + reachable)
                 return min(max(fit, cap), room) + 1
@@ -340,6 +315,42 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         leaf = None
     state.pass_seq[gpu_type] = pool.change_seq
     return out
+
+
+def _victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, leaf: str,
+                 gpus: int) -> dict[str, tuple[str, str]]:
+    """Leaves whose work past its minimum runtime ``leaf`` may preempt for ``gpus`` GPUs.
+
+    Where their paths part (subtrees a and b), b must run above its due share by more
+    than the hysteresis, and either a stays below b even counting the request (so the
+    victim could never take the GPUs straight back), or a runs below its due share and
+    the request fits within that share (so a gang as large as a team's share is not
+    starved by the team's own small work)."""
+    out_: dict[str, tuple[str, str]] = {}
+    fill = view.fill
+    due = view.due_gpus
+    for other, a, b in tree.splits[leaf]:
+        fb = fill(b)
+        if fb > 1.0 + hysteresis and (fill(a, gpus) + hysteresis < fb
+                                      or (fill(a) < 1.0 and gpus <= due[a] and fill(a) + hysteresis < fb)):
+            out_[other] = (a, b)
+    return out_
+
+
+def _share_room(view: FairShareView, tree: AllocationTree, fair: bool, leaf: str) -> float:
+    """Largest request of ``leaf`` that is within its due share at every level: a subtree
+    running below its due share may start one more request up to that share ("fair":
+    one that leaves it no farther from its due share than it is without it, running +
+    request / 2 <= due, since work started beyond a share is not taken back by teams
+    that run on unallocated time)."""
+    room = math.inf
+    for path in tree.paths[leaf]:
+        due = view.due_gpus[path]
+        gap = due - view.running_gpus[path]
+        if gap <= 0:
+            return 0
+        room = min(room, 2 * gap if fair else due)
+    return room
 
 
 def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w: Workload,
