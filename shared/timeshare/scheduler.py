@@ -63,6 +63,15 @@ class BudgetPolicy:
         return drain_blocked_until_s(w, now_s)
 
 
+class _Failed:
+    """The smallest request of a leaf and queue class that could neither start nor preempt."""
+
+    __slots__ = ("size",)
+
+    def __init__(self) -> None:
+        self.size: int | float = math.inf
+
+
 class _LeafTurn:
     """A leaf's progress through its queue during one pass."""
 
@@ -219,7 +228,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     # request, so free capacity is shared fairly ---------------------------------------------
     active.clear()
     walkers: dict[str, Iterator[tuple[Key, int]]] = {}
-    failed: dict[tuple[str, str], int | float] = {}  # smallest failed request (inf: none)
+    failed: dict[tuple[str, str], _Failed] = {}  # per leaf and queue class
+    unallocated_gpus = state.unallocated_gpus
     for leaf in tree.leaves:
         qs: list[LeafQueue] = []
         limits: list[Limit] = []
@@ -229,10 +239,10 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
                 continue
             # unallocated and allocated requests may preempt different victims, so each
             # class keeps its own smallest failed size
-            failed[(leaf, cls)] = math.inf
+            cell = failed[(leaf, cls)] = _Failed()
 
-            def limit4(key: tuple[str, str] = (leaf, cls)) -> float:
-                cap = min(failed[key] - 1, pool.open_limit(), pool.free_gpus + state.unallocated_gpus[gpu_type])
+            def limit4(cell: _Failed = cell) -> float:
+                cap = min(cell.size - 1, pool.open_limit(), pool.free_gpus + unallocated_gpus[gpu_type])
                 return max(pool.fit_limit(), cap) + 1
 
             qs.append(q)
@@ -266,7 +276,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             continue
         failed_key = (leaf, w.queue_class)
         if not state.unallocated_gpus[gpu_type]:
-            failed[failed_key] = gpus
+            failed[failed_key].size = gpus
             continue
         # unallocated work it may preempt: any (allocated request), or that of subtrees that
         # run more than it would with the request (unallocated request)
@@ -296,7 +306,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         if plan is not None and not take_any and not _stays_richer(plan[1], richer, w, total, config):
             plan = None
         if plan is None:
-            failed[failed_key] = gpus
+            failed[failed_key].size = gpus
             continue
         nodes, victims, _ = plan
         for v in victims:
@@ -386,13 +396,23 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
             return unallocated_from is None or v.leaf in unallocated_from
         return v.leaf in victims_of and not v.is_protected(now_s)
 
+    # the fill part of a cost, per victim leaf: fills do not change during one search
+    unallocated_side: dict[str, float] = {}
+    allocated_side: dict[str, float] = {}
+
     def cost(v: Workload) -> tuple:
         if not v.allocated:
             # unallocated first: from the subtree running most for its due share in all (the
             # requester's own team counts its own fill: taking its own work changes no share)
-            split = state.tree.divergence(leaf, v.leaf)
-            return (0, -view.total_fill(split[1] if split else leaf), lost_gpu_s(v, now_s), v.id)
-        return (1, -view.fill(victims_of[v.leaf][1]), lost_gpu_s(v, now_s), v.id)
+            side = unallocated_side.get(v.leaf)
+            if side is None:
+                split = state.tree.divergence(leaf, v.leaf)
+                side = unallocated_side[v.leaf] = -view.total_fill(split[1] if split else leaf)
+            return (0, side, lost_gpu_s(v, now_s), v.id)
+        side = allocated_side.get(v.leaf)
+        if side is None:
+            side = allocated_side[v.leaf] = -view.fill(victims_of[v.leaf][1])
+        return (1, side, lost_gpu_s(v, now_s), v.id)
 
     if gpus > gpn:
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where

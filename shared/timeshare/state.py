@@ -38,7 +38,7 @@ class Workload:
         "spec", "id", "leaf", "gpu_type", "gpus", "key", "state", "progress_s", "run_start_s",
         "allocated", "protected_until_s", "placement", "first_start_s", "queued_since_s",
         "attempt", "preemptions", "resubmit_of", "submit_s", "non_preemptible", "min_runtime_s",
-        "queue_class",
+        "queue_class", "work_s", "resumable", "checkpoint_interval_s",
     )
 
     def __init__(self, spec: WorkloadSpec, submit_s: Seconds, resubmit_of: str | None):
@@ -64,21 +64,25 @@ class Workload:
         self.min_runtime_s = spec.min_runtime_s
         #: "a" when it asks for allocated time (min runtime > 0), else "u" (unallocated)
         self.queue_class = "a" if spec.min_runtime_s > 0 else "u"
+        # the contract's numbers a pass reads often, as plain attributes
+        self.work_s = spec.work_s
+        self.resumable = spec.resumable
+        self.checkpoint_interval_s = spec.checkpoint_interval_s
 
     def remaining_s(self) -> int:
-        return self.spec.work_s - self.progress_s
+        return self.work_s - self.progress_s
 
     def is_protected(self, now_s: Seconds) -> bool:
         return self.protected_until_s is not None and now_s < self.protected_until_s
 
     def saved_progress_s(self, now_s: Seconds) -> int:
         """Work that survives a stop now: resumable work keeps its last checkpoint."""
-        if not self.spec.resumable:
+        if not self.resumable:
             return 0
         ran = int(now_s - self.run_start_s)
-        interval = self.spec.checkpoint_interval_s
+        interval = self.checkpoint_interval_s
         kept = (ran // interval) * interval if interval else 0
-        return min(self.progress_s + kept, self.spec.work_s)
+        return min(self.progress_s + kept, self.work_s)
 
 
 class SchedulerState:
