@@ -51,14 +51,16 @@ class FairShareView:
         self.tree = tree
         self.gpu_type = gpu_type
         self.now_s = now_s
-        entitled_gpu_s = pool_gpus * ledger.covered_s(now_s)
+        # float() where Python would convert anyway (int / float, float * int): the same
+        # numbers, and native arithmetic when compiled
+        entitled_gpu_s = float(pool_gpus * ledger.covered_s(now_s))
         ratios: dict[str, float] = {}
         weight: dict[str, float] = {}
         usage, running, free_running = ledger.snapshots(tree.nodes, gpu_type, now_s)
         for path, node in tree.nodes.items():
             used = usage[path]
             denominator = node.fraction * entitled_gpu_s
-            ratio = used / denominator if denominator > 0 else INFINITE
+            ratio = float(used) / denominator if denominator > 0 else INFINITE
             ratios[path] = ratio
             weight[path] = node.share * max(0.0, 1.0 + catch_up * (1.0 - ratio)) if denominator > 0 else 0.0
 
@@ -68,7 +70,9 @@ class FairShareView:
         due: dict[str, float] = {}
         for parent, siblings in tree.sibling_sets:
             gpus = due[parent] if parent is not None else float(pool_gpus)
-            total = sum(weight[p] for p in siblings)
+            total = 0.0
+            for p in siblings:
+                total += weight[p]
             for p in siblings:
                 due[p] = gpus * weight[p] / total if total > 0 else 0.0
 
@@ -145,7 +149,6 @@ class FairShareView:
             memo, total = self._total_key_memo, True
         else:
             memo = None
-        key_of = self._memo_key
         nodes = self.tree.nodes
         siblings = self.tree.roots
         while True:
@@ -157,8 +160,8 @@ class FairShareView:
                         best = path  # its key is needed only if another sibling is active
                         continue
                     if best_key is None:
-                        best_key = key_of(best, memo, total, key)
-                    k = key_of(path, memo, total, key)
+                        best_key = self._memo_key(best, memo, total, key)
+                    k = self._memo_key(path, memo, total, key)
                     if k < best_key:
                         best, best_key = path, k
             if best is None:
