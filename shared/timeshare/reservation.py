@@ -39,9 +39,7 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
     heads = _pending_gangs(state, pool, state.queues if queues is None else queues)
     if not heads:
         return None  # most passes: no funded gang waits, so no fair-share order is needed
-    for leaf in view.leaf_order():
-        if leaf not in heads:
-            continue
+    for leaf in view.leaf_order(heads):  # only leaves with a gang pending, in fair-share order
         head, gpus = heads[leaf]
         if view.fill(leaf, gpus) > 1.0 and not (view.fill(leaf) < 1.0 and gpus <= view.due_gpus[leaf]):
             continue  # a gang beyond the leaf's due share borrows; it gets no reservation
@@ -82,7 +80,8 @@ def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple
     allowed_set = set(allowed)
     workloads = state.workloads
     if cached is not None and cached[1] == allowed:
-        times = dict(cached[2])
+        # updated in place: the cached dict is this function's own (callers only read it)
+        times = cached[2]
         nodes = pool.changed_since(cached[0])
         # a protection that ended since is "now"; other cached times stay right
         for i, t in times.items():

@@ -22,7 +22,7 @@ A pass with no node changed since the previous one only looks at work that arriv
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Final, Iterator
 
 from . import events as ev
 from .cluster import Node, Pool
@@ -63,13 +63,18 @@ class BudgetPolicy:
         return drain_blocked_until_s(w, now_s)
 
 
+#: "no request failed yet": larger than any request, an int so that limits stay native ints
+#: when compiled (a GPU count never comes near it)
+_NO_FAILURE: Final = 1 << 60
+
+
 class _Failed:
     """The smallest request of a leaf and queue class that could neither start nor preempt."""
 
     __slots__ = ("size",)
 
     def __init__(self) -> None:
-        self.size: int | float = math.inf
+        self.size: int = _NO_FAILURE
 
 
 class _LeafTurn:
@@ -80,7 +85,7 @@ class _LeafTurn:
     def __init__(self, leaf: str):
         self.leaf = leaf
         self.walker: Iterator[tuple[Key, int]] | None = None
-        self.preempt_fail: int | float = math.inf  # smallest request of this leaf that found no victims
+        self.preempt_fail: int = _NO_FAILURE  # smallest request of this leaf that found no victims
 
 
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
@@ -241,9 +246,17 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             # class keeps its own smallest failed size
             cell = failed[(leaf, cls)] = _Failed()
 
-            def limit4(cell: _Failed = cell) -> float:
-                cap = min(cell.size - 1, pool.open_limit(), pool.free_gpus + unallocated_gpus[gpu_type])
-                return max(pool.fit_limit(), cap) + 1
+            def limit4(cell: _Failed = cell) -> int:
+                # max(fit, min(size - 1, open, free + unallocated)) + 1, in native ints
+                cap = cell.size - 1
+                open_gpus = pool.open_limit()
+                if open_gpus < cap:
+                    cap = open_gpus
+                reachable = pool.free_gpus + unallocated_gpus[gpu_type]
+                if reachable < cap:
+                    cap = reachable
+                fit = pool.fit_limit()
+                return (fit if fit > cap else cap) + 1
 
             qs.append(q)
             limits.append(limit4)
