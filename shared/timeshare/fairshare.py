@@ -167,14 +167,20 @@ class FairShareView:
         """The most deserving leaf among those with ``active[path] > 0`` leaves beneath."""
         # a pass picks again after every start and whenever a leaf runs out of work, while
         # only the paths of charged leaves change: keys are kept until charge drops them
-        total = False
-        memo: dict[str, tuple] | None = self._key_memo
         if key is None or key == self.key:
-            key = self.key
-        elif key == self.total_key:
-            memo, total = self._total_key_memo, True
-        else:
-            memo = None
+            return self._pick(active, self._key_memo, False, None)
+        if key == self.total_key:
+            return self._pick(active, self._total_key_memo, True, None)
+        return self._pick(active, None, False, key)
+
+    def pick_by_total(self, active: dict[str, int]) -> str | None:
+        """``pick(active, self.total_key)`` (a pass calls it after every start or exhausted leaf)."""
+        return self._pick(active, self._total_key_memo, True, None)
+
+    def _pick(self, active: dict[str, int], memo: dict[str, tuple] | None, total: bool,
+              key: Callable[[str], tuple] | None) -> str | None:
+        """pick with the keys kept in ``memo`` (of :meth:`key`, or of :meth:`total_key` when
+        ``total``), or with ``key`` uncached when ``memo`` is None."""
         nodes = self.tree.nodes
         siblings = self.tree.roots
         while True:
@@ -197,10 +203,12 @@ class FairShareView:
                 return best
             siblings = children
 
-    def _memo_key(self, path: str, memo: dict[str, tuple] | None, total: bool, key: Callable[[str], tuple]) -> tuple:
+    def _memo_key(self, path: str, memo: dict[str, tuple] | None, total: bool,
+                  key: Callable[[str], tuple] | None) -> tuple:
         """``key(path)`` for :meth:`pick`, kept in ``memo`` (that of :meth:`key`, or of
         :meth:`total_key` when ``total``) until :meth:`charge` drops it."""
         if memo is None:
+            assert key is not None
             return key(path)
         k = memo.get(path)
         if k is None:

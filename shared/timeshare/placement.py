@@ -56,12 +56,6 @@ def find_victims(
     allowed: dict[str, bool] = {}  # workload id -> may_preempt, before any cost is needed
     costs: dict[str, tuple] = {}  # workload id -> cost, of those allowed
 
-    def may_take(wid: str) -> bool:
-        ok = allowed.get(wid)
-        if ok is None:
-            ok = allowed[wid] = may_preempt(workloads[wid])
-        return ok
-
     if gpus <= gpn:
         best = None
         if only is None:
@@ -76,13 +70,16 @@ def find_victims(
             # here, and a cost is dearer than a yes or no
             reachable = free
             for wid, n in node.holders.items():
-                if may_take(wid):
+                ok = allowed.get(wid)
+                if ok is None:
+                    ok = allowed[wid] = may_preempt(workloads[wid])
+                if ok:
                     reachable += n
             if reachable < gpus:
                 continue
             candidates: list[tuple[tuple, int]] = []
             for wid, n in node.holders.items():
-                if may_take(wid):
+                if allowed[wid]:
                     c = costs.get(wid)
                     if c is None:
                         c = costs[wid] = cost(workloads[wid])

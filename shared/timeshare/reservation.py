@@ -67,9 +67,15 @@ def _pending_gangs(state: SchedulerState, pool: Pool,
         q = queues.get((pool.gpu_type, leaf, "a"))
         if q is None or not q.count or nodes[leaf].fraction <= 0:
             continue
-        gangs = [(q.by_size[g][0], g) for g in q.by_size if g > gpn]
-        if gangs:
-            heads[leaf] = min(gangs)
+        # the first gang: the smallest (key, GPUs) among the heads of the sizes above a node
+        best: tuple[tuple, int] | None = None
+        for g, keys in q.by_size.items():
+            if g > gpn:
+                head = (keys[0], g)
+                if best is None or head < best:
+                    best = head
+        if best is not None:
+            heads[leaf] = best
     return heads
 
 

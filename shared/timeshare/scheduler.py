@@ -99,14 +99,20 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     workloads = state.workloads
     queues = state.queues
     fresh = state.fresh_pending[gpu_type]
+    # whether any request of this pass asks for allocated time: only those consult the
+    # reservation (phase 3, and excluded_for in phase 4)
+    any_allocated = True
     if pool.change_seq == state.pass_seq.get(gpu_type) and not state.tree_changed:
         # quick pass: no node changed since the last pass, so everything that waited then
         # still cannot start; only work that arrived since can (Slurm's quick scheduling of
         # new jobs between full passes). The next change brings a full pass.
         queues = {}
+        any_allocated = False
         for wid in fresh:
             w = workloads[wid]
             if w.state == PENDING:
+                if w.queue_class == "a":
+                    any_allocated = True
                 q = queues.get((gpu_type, w.leaf, w.queue_class))
                 if q is None:
                     q = queues[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
@@ -141,7 +147,9 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     turns: dict[str, _LeafTurn] = {}
     fit_limit = pool.fit_limit()
     open_limit = pool.open_limit()
-    reservation = plan_reservation(state, pool, view, now_s, victims_for)  # over all pending work
+    # over all pending work; a quick pass of unallocated requests only never reads it (and,
+    # as with a pass skipped above, planning would only refresh caches)
+    reservation = plan_reservation(state, pool, view, now_s, victims_for) if any_allocated else None
 
     def excluded_for(w: Workload) -> frozenset[int]:
         """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
@@ -268,7 +276,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     leaf = None  # picked anew only after a start or when a leaf runs out, as in phase 3
     while True:
         if leaf is None:
-            leaf = view.pick(active, view.total_key)
+            leaf = view.pick_by_total(active)
             if leaf is None:
                 break
         item = next(walkers[leaf], None)
