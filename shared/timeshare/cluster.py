@@ -117,6 +117,20 @@ class Pool:
         idx.sort()
         return [self.nodes[i] for i in idx]
 
+    def open_changed_since(self, seq: int, at_least: int, exclude: frozenset[int] = frozenset()) -> list[Node]:
+        """``open_among(changed_since(seq), at_least, exclude)`` in one walk (a failed victim
+        search asks this on every retry, and most nodes that changed are not open enough)."""
+        idx: list[int] = []
+        nodes = self.nodes
+        for i, stamp in reversed(self._recent.items()):
+            if stamp <= seq:
+                break
+            n = nodes[i]
+            if n.state == NODE_HEALTHY and n.gpus - n.blocked >= at_least and i not in exclude:
+                idx.append(i)
+        idx.sort()
+        return [nodes[i] for i in idx]
+
     def _rebucket(self, node: Node, old_free: int) -> None:
         self.touch(node)
         if node.state != NODE_HEALTHY:

@@ -31,7 +31,7 @@ with no due share (fraction 0) runs only unallocated work.
 from __future__ import annotations
 
 import math
-from typing import Callable, Final
+from typing import Callable, Collection, Final
 
 from .tree import AllocationTree
 from .units import Seconds
@@ -56,9 +56,26 @@ class FairShareView:
         entitled_gpu_s = float(pool_gpus * ledger.covered_s(now_s))
         ratios: dict[str, float] = {}
         weight: dict[str, float] = {}
-        usage, running, free_running = ledger.snapshots(tree.nodes, gpu_type, now_s)
-        for path, node in tree.nodes.items():
-            used = usage[path]
+        usage: dict[str, Seconds] = {}
+        running: dict[str, int] = {}
+        free_running: dict[str, int] = {}
+        # what ledger.snapshots would return, read straight from the tracks in node order
+        on_tracks, off_tracks = ledger.aligned_tracks(tree.node_paths, gpu_type)
+        window_start_s = now_s - ledger.window_s
+        i = 0
+        for node in tree.node_list:
+            path = node.path
+            track = on_tracks[i]
+            if track is not None and track.times:
+                used = track.window_gpu_s(now_s, window_start_s)
+                usage[path] = used
+                running[path] = track.rates[-1]
+            else:
+                used = 0
+                usage[path] = running[path] = 0
+            track = off_tracks[i]
+            free_running[path] = track.rates[-1] if track is not None and track.rates else 0
+            i += 1
             denominator = node.fraction * entitled_gpu_s
             ratio = float(used) / denominator if denominator > 0 else INFINITE
             ratios[path] = ratio
@@ -120,20 +137,29 @@ class FairShareView:
             key_memo.pop(path, None)
             total_key_memo.pop(path, None)
 
-    def leaf_order(self) -> list[str]:
-        """Leaves, most deserving first, ranked depth-first level by level."""
+    def leaf_order(self, among: Collection[str] | None = None) -> list[str]:
+        """Leaves, most deserving first, ranked depth-first level by level; with ``among``, only
+        those leaves, in the same order (subtrees holding none of them are not ranked at all)."""
         out: list[str] = []
-        self._visit(self.tree.roots, out)
+        if among is None:
+            self._visit(self.tree.roots, out, None)
+        else:
+            paths = self._paths
+            within = {path for leaf in among for path in paths[leaf]}
+            self._visit(self.tree.roots, out, within)
         return out
 
-    def _visit(self, siblings: list[str], out: list[str]) -> None:
+    def _visit(self, siblings: list[str], out: list[str], within: set[str] | None) -> None:
         # a method, not a recursive closure: compiled by mypyc, a closure that calls itself is
         # a reference cycle per call, which only the garbage collector frees
         nodes = self.tree.nodes
+        if within is not None:
+            # keys are unique (they end in the path), so sorting a subset keeps its order
+            siblings = [path for path in siblings if path in within]
         for path in sorted(siblings, key=self.key):
             children = nodes[path].children
             if children:
-                self._visit(children, out)
+                self._visit(children, out, within)
             else:
                 out.append(path)
 
@@ -141,14 +167,20 @@ class FairShareView:
         """The most deserving leaf among those with ``active[path] > 0`` leaves beneath."""
         # a pass picks again after every start and whenever a leaf runs out of work, while
         # only the paths of charged leaves change: keys are kept until charge drops them
-        total = False
-        memo: dict[str, tuple] | None = self._key_memo
         if key is None or key == self.key:
-            key = self.key
-        elif key == self.total_key:
-            memo, total = self._total_key_memo, True
-        else:
-            memo = None
+            return self._pick(active, self._key_memo, False, None)
+        if key == self.total_key:
+            return self._pick(active, self._total_key_memo, True, None)
+        return self._pick(active, None, False, key)
+
+    def pick_by_total(self, active: dict[str, int]) -> str | None:
+        """``pick(active, self.total_key)`` (a pass calls it after every start or exhausted leaf)."""
+        return self._pick(active, self._total_key_memo, True, None)
+
+    def _pick(self, active: dict[str, int], memo: dict[str, tuple] | None, total: bool,
+              key: Callable[[str], tuple] | None) -> str | None:
+        """pick with the keys kept in ``memo`` (of :meth:`key`, or of :meth:`total_key` when
+        ``total``), or with ``key`` uncached when ``memo`` is None."""
         nodes = self.tree.nodes
         siblings = self.tree.roots
         while True:
@@ -171,10 +203,12 @@ class FairShareView:
                 return best
             siblings = children
 
-    def _memo_key(self, path: str, memo: dict[str, tuple] | None, total: bool, key: Callable[[str], tuple]) -> tuple:
+    def _memo_key(self, path: str, memo: dict[str, tuple] | None, total: bool,
+                  key: Callable[[str], tuple] | None) -> tuple:
         """``key(path)`` for :meth:`pick`, kept in ``memo`` (that of :meth:`key`, or of
         :meth:`total_key` when ``total``) until :meth:`charge` drops it."""
         if memo is None:
+            assert key is not None
             return key(path)
         k = memo.get(path)
         if k is None:

@@ -53,6 +53,9 @@ def find_victims(
         verdict[wid] = c
         return c
 
+    allowed: dict[str, bool] = {}  # workload id -> may_preempt, before any cost is needed
+    costs: dict[str, tuple] = {}  # workload id -> cost, of those allowed
+
     if gpus <= gpn:
         best = None
         if only is None:
@@ -63,15 +66,24 @@ def find_victims(
             free = node.free
             if free >= gpus:
                 return [node], []
-            candidates = []
+            # costs only for nodes where enough could be freed: most nodes of a search fail
+            # here, and a cost is dearer than a yes or no
             reachable = free
             for wid, n in node.holders.items():
-                c = cost_of(wid)
-                if c is not None:
-                    candidates.append((c, n))
+                ok = allowed.get(wid)
+                if ok is None:
+                    ok = allowed[wid] = may_preempt(workloads[wid])
+                if ok:
                     reachable += n
             if reachable < gpus:
                 continue
+            candidates: list[tuple[tuple, int]] = []
+            for wid, n in node.holders.items():
+                if allowed[wid]:
+                    c = costs.get(wid)
+                    if c is None:
+                        c = costs[wid] = cost(workloads[wid])
+                    candidates.append((c, n))
             candidates.sort()
             taken = 0
             got = free

@@ -58,24 +58,38 @@ def walk(queues: list[LeafQueue], limit: Union[Limit, list[Limit]]) -> Iterator[
     added behind that point waits for the next pass).
     """
     groups = [(g, keys, qi) for qi, q in enumerate(queues) for g, keys in q.by_size.items()]
-    last: list[Key | None] = [None] * len(groups)
+    n = len(groups)
+    last: list[Key | None] = [None] * n
+    #: per group, the index just past its last yielded key while that key is still there
+    #: (checked by identity: keys are unique), so most steps need no binary search
+    resume = [0] * n
     limits = limit if isinstance(limit, (list, tuple)) else None
     one = None if isinstance(limit, (list, tuple)) else limit
+    bounds: list[float] = [0.0] * (len(limits) if limits is not None else 0)
     while True:
-        bounds = [f() for f in limits] if limits is not None else []
+        if limits is not None:
+            for qi in range(len(limits)):
+                bounds[qi] = limits[qi]()
         bound = one() if one is not None else 0.0
         best: Key | None = None
-        best_i = -1
-        for i, (g, keys, qi) in enumerate(groups):
+        best_i = best_c = -1
+        for i in range(n):
+            g, keys, qi = groups[i]
             if g >= (bounds[qi] if limits is not None else bound) or not keys:
                 continue
             after = last[i]
-            c = 0 if after is None else bisect_right(keys, after)
+            if after is None:
+                c = 0
+            else:
+                c = resume[i]
+                if not (0 < c <= len(keys) and keys[c - 1] is after):
+                    c = bisect_right(keys, after)
             if c < len(keys):
                 k = keys[c]
                 if best is None or k < best:
-                    best, best_i = k, i
+                    best, best_i, best_c = k, i, c
         if best is None:
             return
         last[best_i] = best
+        resume[best_i] = best_c + 1
         yield best, groups[best_i][0]

@@ -39,9 +39,7 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
     heads = _pending_gangs(state, pool, state.queues if queues is None else queues)
     if not heads:
         return None  # most passes: no funded gang waits, so no fair-share order is needed
-    for leaf in view.leaf_order():
-        if leaf not in heads:
-            continue
+    for leaf in view.leaf_order(heads):  # only leaves with a gang pending, in fair-share order
         head, gpus = heads[leaf]
         if view.fill(leaf, gpus) > 1.0 and not (view.fill(leaf) < 1.0 and gpus <= view.due_gpus[leaf]):
             continue  # a gang beyond the leaf's due share borrows; it gets no reservation
@@ -69,9 +67,15 @@ def _pending_gangs(state: SchedulerState, pool: Pool,
         q = queues.get((pool.gpu_type, leaf, "a"))
         if q is None or not q.count or nodes[leaf].fraction <= 0:
             continue
-        gangs = [(q.by_size[g][0], g) for g in q.by_size if g > gpn]
-        if gangs:
-            heads[leaf] = min(gangs)
+        # the first gang: the smallest (key, GPUs) among the heads of the sizes above a node
+        best: tuple[tuple, int] | None = None
+        for g, keys in q.by_size.items():
+            if g > gpn:
+                head = (keys[0], g)
+                if best is None or head < best:
+                    best = head
+        if best is not None:
+            heads[leaf] = best
     return heads
 
 
@@ -82,7 +86,8 @@ def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple
     allowed_set = set(allowed)
     workloads = state.workloads
     if cached is not None and cached[1] == allowed:
-        times = dict(cached[2])
+        # updated in place: the cached dict is this function's own (callers only read it)
+        times = cached[2]
         nodes = pool.changed_since(cached[0])
         # a protection that ended since is "now"; other cached times stay right
         for i, t in times.items():

@@ -22,7 +22,7 @@ A pass with no node changed since the previous one only looks at work that arriv
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Final, Iterator
 
 from . import events as ev
 from .cluster import Node, Pool
@@ -63,13 +63,18 @@ class BudgetPolicy:
         return drain_blocked_until_s(w, now_s)
 
 
+#: "no request failed yet": larger than any request, an int so that limits stay native ints
+#: when compiled (a GPU count never comes near it)
+_NO_FAILURE: Final = 1 << 60
+
+
 class _Failed:
     """The smallest request of a leaf and queue class that could neither start nor preempt."""
 
     __slots__ = ("size",)
 
     def __init__(self) -> None:
-        self.size: int | float = math.inf
+        self.size: int = _NO_FAILURE
 
 
 class _LeafTurn:
@@ -80,7 +85,7 @@ class _LeafTurn:
     def __init__(self, leaf: str):
         self.leaf = leaf
         self.walker: Iterator[tuple[Key, int]] | None = None
-        self.preempt_fail: int | float = math.inf  # smallest request of this leaf that found no victims
+        self.preempt_fail: int = _NO_FAILURE  # smallest request of this leaf that found no victims
 
 
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
@@ -94,14 +99,20 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     workloads = state.workloads
     queues = state.queues
     fresh = state.fresh_pending[gpu_type]
+    # whether any request of this pass asks for allocated time: only those consult the
+    # reservation (phase 3, and excluded_for in phase 4)
+    any_allocated = True
     if pool.change_seq == state.pass_seq.get(gpu_type) and not state.tree_changed:
         # quick pass: no node changed since the last pass, so everything that waited then
         # still cannot start; only work that arrived since can (Slurm's quick scheduling of
         # new jobs between full passes). The next change brings a full pass.
         queues = {}
+        any_allocated = False
         for wid in fresh:
             w = workloads[wid]
             if w.state == PENDING:
+                if w.queue_class == "a":
+                    any_allocated = True
                 q = queues.get((gpu_type, w.leaf, w.queue_class))
                 if q is None:
                     q = queues[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
@@ -136,7 +147,9 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     turns: dict[str, _LeafTurn] = {}
     fit_limit = pool.fit_limit()
     open_limit = pool.open_limit()
-    reservation = plan_reservation(state, pool, view, now_s, victims_for)  # over all pending work
+    # over all pending work; a quick pass of unallocated requests only never reads it (and,
+    # as with a pass skipped above, planning would only refresh caches)
+    reservation = plan_reservation(state, pool, view, now_s, victims_for) if any_allocated else None
 
     def excluded_for(w: Workload) -> frozenset[int]:
         """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
@@ -241,9 +254,17 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             # class keeps its own smallest failed size
             cell = failed[(leaf, cls)] = _Failed()
 
-            def limit4(cell: _Failed = cell) -> float:
-                cap = min(cell.size - 1, pool.open_limit(), pool.free_gpus + unallocated_gpus[gpu_type])
-                return max(pool.fit_limit(), cap) + 1
+            def limit4(cell: _Failed = cell) -> int:
+                # max(fit, min(size - 1, open, free + unallocated)) + 1, in native ints
+                cap = cell.size - 1
+                open_gpus = pool.open_limit()
+                if open_gpus < cap:
+                    cap = open_gpus
+                reachable = pool.free_gpus + unallocated_gpus[gpu_type]
+                if reachable < cap:
+                    cap = reachable
+                fit = pool.fit_limit()
+                return (fit if fit > cap else cap) + 1
 
             qs.append(q)
             limits.append(limit4)
@@ -255,7 +276,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     leaf = None  # picked anew only after a start or when a leaf runs out, as in phase 3
     while True:
         if leaf is None:
-            leaf = view.pick(active, view.total_key)
+            leaf = view.pick_by_total(active)
             if leaf is None:
                 break
         item = next(walkers[leaf], None)
@@ -377,6 +398,48 @@ def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w
     return all(total(a, w.gpus) + config.unallocated_hysteresis < total(b, -gpus) for (a, b), gpus in lost.items())
 
 
+class _VictimRules:
+    """Which running workloads a request may preempt, and what each costs (see find_victims).
+
+    A class rather than closures in :func:`_preemption_plan`: most calls end on the memo
+    without a search, and one object is cheaper to make than a closure environment."""
+
+    __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
+                 "allocated_side")
+
+    def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, tuple[str, str]],
+                 unallocated_from: set[str] | None, now_s: Seconds):
+        self.state = state
+        self.view = view
+        self.leaf = leaf
+        self.victims_of = victims_of
+        self.unallocated_from = unallocated_from
+        self.now_s = now_s
+        # the fill part of a cost, per victim leaf: fills do not change during one search
+        self.unallocated_side: dict[str, float] = {}
+        self.allocated_side: dict[str, float] = {}
+
+    def may_preempt(self, v: Workload) -> bool:
+        if not v.allocated:
+            unallocated_from = self.unallocated_from
+            return unallocated_from is None or v.leaf in unallocated_from
+        return v.leaf in self.victims_of and not v.is_protected(self.now_s)
+
+    def cost(self, v: Workload) -> tuple:
+        if not v.allocated:
+            # unallocated first: from the subtree running most for its due share in all (the
+            # requester's own team counts its own fill: taking its own work changes no share)
+            side = self.unallocated_side.get(v.leaf)
+            if side is None:
+                split = self.state.tree.divergence(self.leaf, v.leaf)
+                side = self.unallocated_side[v.leaf] = -self.view.total_fill(split[1] if split else self.leaf)
+            return (0, side, lost_gpu_s(v, self.now_s), v.id)
+        side = self.allocated_side.get(v.leaf)
+        if side is None:
+            side = self.allocated_side[v.leaf] = -self.view.fill(self.victims_of[v.leaf][1])
+        return (1, side, lost_gpu_s(v, self.now_s), v.id)
+
+
 def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
                      victims_of: dict[str, tuple[str, str]], now_s: Seconds, exclude: frozenset[int],
                      reservation: Reservation | None, unallocated_from: set[str] | None = None,
@@ -391,45 +454,24 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     eligible_key = (tuple(victims_of), (reservation.workload_id, reservation.nodes) if reservation else None,
                     tuple(sorted(unallocated_from)) if unallocated_from is not None else None)
 
-    def may_preempt(v: Workload) -> bool:
-        if not v.allocated:
-            return unallocated_from is None or v.leaf in unallocated_from
-        return v.leaf in victims_of and not v.is_protected(now_s)
-
-    # the fill part of a cost, per victim leaf: fills do not change during one search
-    unallocated_side: dict[str, float] = {}
-    allocated_side: dict[str, float] = {}
-
-    def cost(v: Workload) -> tuple:
-        if not v.allocated:
-            # unallocated first: from the subtree running most for its due share in all (the
-            # requester's own team counts its own fill: taking its own work changes no share)
-            side = unallocated_side.get(v.leaf)
-            if side is None:
-                split = state.tree.divergence(leaf, v.leaf)
-                side = unallocated_side[v.leaf] = -view.total_fill(split[1] if split else leaf)
-            return (0, side, lost_gpu_s(v, now_s), v.id)
-        side = allocated_side.get(v.leaf)
-        if side is None:
-            side = allocated_side[v.leaf] = -view.fill(victims_of[v.leaf][1])
-        return (1, side, lost_gpu_s(v, now_s), v.id)
+    rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
 
     if gpus > gpn:
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
         # nodes changed; search only when enough of them exist
         memo = state.victim_memo.get((gpu_type, leaf, "gang", memo_space))
         if memo is None or memo[1] != eligible_key:
-            takeable = preemptible_nodes(pool, pool.open_nodes(gpn, exclude), may_preempt, state.workloads)
+            takeable = preemptible_nodes(pool, pool.open_nodes(gpn, exclude), rules.may_preempt, state.workloads)
         elif memo[0] == pool.change_seq:
             takeable = memo[2]
         else:
             moved = pool.changed_since(memo[0])
             takeable = (memo[2] - {n.index for n in moved}) | preemptible_nodes(
-                pool, [n for n in moved if n.index not in exclude], may_preempt, state.workloads)
+                pool, [n for n in moved if n.index not in exclude], rules.may_preempt, state.workloads)
         state.victim_memo[(gpu_type, leaf, "gang", memo_space)] = (pool.change_seq, eligible_key, takeable)
         if len(takeable) * gpn < gpus:
             return None
-        plan = find_victims(state, pool, gpus, may_preempt, cost, exclude=exclude)
+        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude)
     else:
         memo = state.victim_memo.get((gpu_type, leaf, memo_space))
         narrowed = memo is not None and memo[1] == eligible_key and gpus >= memo[2]
@@ -444,11 +486,11 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         if failed_seq is not None:
             # only nodes changed since that failure can serve it now, and only those where a
             # preemption could open enough GPUs: often none, and then no search is needed
-            changed = pool.open_among(pool.changed_since(failed_seq), gpus, exclude)
-            plan = (find_victims(state, pool, gpus, may_preempt, cost, only=changed, exclude=exclude)
+            changed = pool.open_changed_since(failed_seq, gpus, exclude)
+            plan = (find_victims(state, pool, gpus, rules.may_preempt, rules.cost, only=changed, exclude=exclude)
                     if changed else None)
         else:
-            plan = find_victims(state, pool, gpus, may_preempt, cost, exclude=exclude)
+            plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude)
         if plan is None and (not narrowed or (memo is not None and gpus == memo[2])):
             state.victim_memo[(gpu_type, leaf, memo_space)] = (pool.change_seq, eligible_key, gpus)
         if plan is None:

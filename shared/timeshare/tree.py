@@ -60,6 +60,10 @@ class AllocationTree:
         self.leaves = sorted(p for p, n in nodes.items() if n.is_leaf)
         self.max_depth = max((n.depth for n in nodes.values()), default=0)
         self.paths = {leaf: ancestors(leaf) for leaf in self.leaves}
+        #: every node and its path, in ``nodes`` order, as lists: a scheduling pass reads every
+        #: node, and a list walks faster than a dict (a tree is immutable, so they never go stale)
+        self.node_list: list[TreeNode] = list(nodes.values())
+        self.node_paths: list[str] = list(nodes)
         #: (parent, its children) for every parent, roots first as (None, roots); a parent
         #: always comes before its children
         self.sibling_sets: list[tuple[str | None, list[str]]] = [(None, self.roots)]

@@ -53,6 +53,17 @@ class _Track:
         self.cursor = i
         return self.cums[i] + self.rates[i] * (t - times[i])
 
+    def window_gpu_s(self, now_s: Seconds, window_start_s: Seconds) -> Seconds:
+        """``cum_at(now_s) - cum_at(window_start_s)`` (the same arithmetic), for a track with
+        breakpoints and a query at or after the last one: one call instead of two."""
+        times = self.times
+        last = len(times) - 1
+        if now_s >= times[last]:
+            now_cum = self.cums[last] + self.rates[last] * (now_s - times[last])
+        else:
+            now_cum = self.cum_at(now_s)
+        return now_cum - self.cum_at(window_start_s)
+
     def rate(self) -> int:
         return self.rates[-1] if self.rates else 0
 
@@ -91,6 +102,9 @@ class UsageLedger:
         #: the same tracks by (GPU type, allocated?) then path, for :meth:`snapshots`
         self._by_kind: dict[tuple[str, bool], dict[str, _Track]] = {}
         self._paths: dict[str, list[str]] = {}
+        #: per GPU type: (paths, track count, allocated tracks, unallocated tracks) aligned with
+        #: the paths a pass last asked about (see :meth:`aligned_tracks`)
+        self._aligned: dict[str, tuple[list[str], int, list[_Track | None], list[_Track | None]]] = {}
 
     def covered_s(self, now_s: Seconds) -> Seconds:
         """The part of the window that has records: min(window, now - origin), at least 1 s."""
@@ -154,6 +168,20 @@ class UsageLedger:
             track = unallocated.get(path)
             free_running[path] = track.rates[-1] if track is not None and track.rates else 0
         return used, running, free_running
+
+    def aligned_tracks(self, paths: list[str], gpu_type: str) -> tuple[list[_Track | None], list[_Track | None]]:
+        """The allocated and the unallocated track of each of ``paths`` (None: no usage yet), as
+        lists in the order of ``paths``. Kept while ``paths`` is the same list object and no
+        track was added: every pass reads every tree node, and index beats dict lookup."""
+        cached = self._aligned.get(gpu_type)
+        if cached is not None and cached[0] is paths and cached[1] == len(self._tracks):
+            return cached[2], cached[3]
+        allocated = self._by_kind.get((gpu_type, True), {})
+        unallocated = self._by_kind.get((gpu_type, False), {})
+        on: list[_Track | None] = [allocated.get(p) for p in paths]
+        off: list[_Track | None] = [unallocated.get(p) for p in paths]
+        self._aligned[gpu_type] = (paths, len(self._tracks), on, off)
+        return on, off
 
     def running_gpus(self, path: str, gpu_type: str, allocated: bool) -> int:
         track = self._tracks.get((path, gpu_type, allocated))
