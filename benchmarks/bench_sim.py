@@ -71,7 +71,7 @@ def pass_state(pending: int, seed: int = 1):
     from timeshare.cluster import Cluster, PoolSpec
     from timeshare.config import PolicyConfig
     from timeshare.scheduler import BudgetPolicy
-    from timeshare.state import SchedulerState
+    from timeshare.state import RUNNING, SchedulerState
     from timeshare.tree import AllocationTree
     from timeshare.workload import WorkloadSpec
 
@@ -104,6 +104,11 @@ def pass_state(pending: int, seed: int = 1):
                             work_s=rng.randint(600, 86400), min_runtime_s=rng.choice([0, 600, 3600, 14400]),
                             resumable=True, priority=rng.choice(["normal", "high"]))
         state.apply(state.submitted(spec, now))
+    # a few workloads end, as before most passes of a simulation: the measured pass has GPUs to
+    # fill and decisions to make (with a full cluster and nothing ending it would only look)
+    running = sorted(w.id for w in state.workloads.values() if w.state == RUNNING)
+    for wid in rng.sample(running, 4):
+        state.apply(state.completed(wid, now))
     return state
 
 

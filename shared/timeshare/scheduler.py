@@ -80,12 +80,17 @@ class _Failed:
 class _LeafTurn:
     """A leaf's progress through its queue during one pass."""
 
-    __slots__ = ("leaf", "walker", "preempt_fail")
+    __slots__ = ("leaf", "walker", "preempt_fail", "kept_out_fail", "kept_out_seq")
 
     def __init__(self, leaf: str):
         self.leaf = leaf
         self.walker: Iterator[tuple[Key, int]] | None = None
         self.preempt_fail: int = _NO_FAILURE  # smallest request of this leaf that found no victims
+        #: the last request kept off the reserved nodes that could neither start nor preempt,
+        #: and the pool's change stamp then: the walk's limit counts reserved GPUs as free, so
+        #: without this every later request as large would search again for nothing
+        self.kept_out_fail: int = _NO_FAILURE
+        self.kept_out_seq = -1
 
 
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
@@ -212,6 +217,12 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         if w.state != PENDING:
             continue  # a quick pass's copy of a workload that already started
         exclude = excluded_for(w)
+        if exclude and gpus >= turn.kept_out_fail and turn.kept_out_seq == pool.change_seq:
+            # nothing started or stopped since a request of this leaf at most as large, kept
+            # off the same nodes, found neither free GPUs nor victims (a larger request fits
+            # nowhere a smaller one did not, and may preempt no more): this one fails as well
+            turn.preempt_fail = gpus
+            continue
         nodes = pool.find_free(gpus, exclude)
         if nodes is not None:
             start(w, nodes)
@@ -221,6 +232,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
                                 reservation if exclude else None)
         if plan is None:
             turn.preempt_fail = gpus
+            if exclude:
+                turn.kept_out_fail, turn.kept_out_seq = gpus, pool.change_seq
             continue
         nodes, victims, victims_of = plan
         for v in victims:
