@@ -80,7 +80,8 @@ class _Failed:
 class _LeafTurn:
     """A leaf's progress through its queue during one pass."""
 
-    __slots__ = ("leaf", "walker", "preempt_fail", "kept_out_fail", "kept_out_seq")
+    __slots__ = ("leaf", "walker", "preempt_fail", "kept_out_fail", "kept_out_seq", "limit_seq", "limit_fail",
+                 "limit_value")
 
     def __init__(self, leaf: str):
         self.leaf = leaf
@@ -91,6 +92,11 @@ class _LeafTurn:
         #: without this every later request as large would search again for nothing
         self.kept_out_fail: int = _NO_FAILURE
         self.kept_out_seq = -1
+        #: the walk's last limit, with the pool's change stamp and preempt_fail it was worked
+        #: out for: a long run of requests that fail alike asks for it again and again
+        self.limit_seq = -1
+        self.limit_fail = 0
+        self.limit_value: int | float = 0
 
 
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
@@ -196,15 +202,13 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             q = queues[(gpu_type, leaf, "a")]
 
             def limit(turn: _LeafTurn = turn, leaf: str = leaf, q: LeafQueue = q) -> float:
-                room = _share_room(view, tree, fair, leaf)
-                fit = pool.fit_limit()
-                if turn.preempt_fail <= 1 or room < 1:
-                    return min(fit, room) + 1
-                reachable = state.unallocated_gpus[gpu_type]
-                for v in _victims_for(view, tree, hysteresis, leaf, q.min_gpus() if q.count else 1):
-                    reachable += unprotected.get(v, 0)
-                cap = min(turn.preempt_fail - 1, pool.open_limit(), pool.free_gpus + reachable)
-                return min(max(fit, cap), room) + 1
+                # fills, free GPUs, the queue and who is protected change only with a start
+                # or a stop in this pass, and each of those moves the pool's change stamp
+                if turn.limit_seq == pool.change_seq and turn.limit_fail == turn.preempt_fail:
+                    return turn.limit_value
+                value = _phase3_limit(state, pool, view, tree, fair, hysteresis, unprotected, turn, leaf, q)
+                turn.limit_seq, turn.limit_fail, turn.limit_value = pool.change_seq, turn.preempt_fail, value
+                return value
 
             turn.walker = walk([q], limit)
         item = next(turn.walker, None)
@@ -359,6 +363,22 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         leaf = None
     state.pass_seq[gpu_type] = pool.change_seq
     return out
+
+
+def _phase3_limit(state: SchedulerState, pool: Pool, view: FairShareView, tree: AllocationTree, fair: bool,
+                  hysteresis: float, unprotected: dict[str, int], turn: _LeafTurn, leaf: str,
+                  q: LeafQueue) -> int | float:
+    """One more than the largest request of ``leaf`` that phase 3 could start now: within its
+    due share, and no larger than free GPUs plus what it may preempt (or than its last failure)."""
+    room = _share_room(view, tree, fair, leaf)
+    fit = pool.fit_limit()
+    if turn.preempt_fail <= 1 or room < 1:
+        return min(fit, room) + 1
+    reachable = state.unallocated_gpus[pool.gpu_type]
+    for v in _victims_for(view, tree, hysteresis, leaf, q.min_gpus() if q.count else 1):
+        reachable += unprotected.get(v, 0)
+    cap = min(turn.preempt_fail - 1, pool.open_limit(), pool.free_gpus + reachable)
+    return min(max(fit, cap), room) + 1
 
 
 def _victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, leaf: str,
