@@ -5,7 +5,8 @@ when the compiled core's events differ from pure Python's (a bug, not a slow mac
 1. the built-in 30-day, 1024-GPU scenario under the budget policy (target <= 10 s wall);
    the baseline for comparison of the headline metrics;
 2. the contended Philly scenario (target <= 5 s) when ../shared/data is present;
-3. one full scheduling pass with 10,000 pending workloads on 1,024 GPUs (target <= 20 ms).
+3. one full scheduling pass with 10,000 pending workloads on 1,024 GPUs (target <= 20 ms), just
+   after four running workloads ended, so that it starts and preempts (five random clusters).
 
 Every measured run is a fresh Python process, pure and compiled alternating, so both see the
 same machine; a 10M-iteration Python loop is timed alongside as a reference of the machine's
@@ -230,11 +231,16 @@ class Report:
         p, c = self.both({"kind": "pass", "pending": pending, "repeats": repeats})
         first = p or c
         assert first is not None
-        line("pending before / events of the pass", f"{first['waiting'][0]} / {first['events'][0]}")
+        # each repeat is another random cluster: passes that preempt and start dozens of
+        # workloads take several times longer than those that only look, so each is shown
+        for i in range(repeats):
+            tp, tc = ((1000 * r["times"][i] if r else None) for r in (p, c))
+            line(f"state {i + 1}: {first['waiting'][i]} pending, {first['events'][i]} events",
+                 self.pair(tp, tc, "{:.1f}", " ms"))
         med = [1000 * statistics.median(r["times"]) if r else None for r in (p, c)]
-        spread = ", ".join(f"{1000 * min(r['times']):.1f}..{1000 * max(r['times']):.1f}" for r in (p, c) if r)
-        line("pass time median", self.pair(med[0], med[1], "{:.1f}", " ms"),
-             f"(min..max {spread} ms over {repeats}); target <= 20 ms")
+        worst = [1000 * max(r["times"]) if r else None for r in (p, c)]
+        line("pass time median", self.pair(med[0], med[1], "{:.1f}", " ms"), "target <= 20 ms")
+        line("pass time slowest", self.pair(worst[0], worst[1], "{:.1f}", " ms"), "target <= 20 ms")
 
 
 def main() -> int:

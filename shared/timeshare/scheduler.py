@@ -80,8 +80,8 @@ class _Failed:
 class _LeafTurn:
     """A leaf's progress through its queue during one pass."""
 
-    __slots__ = ("leaf", "walker", "preempt_fail", "kept_out_fail", "kept_out_seq", "limit_seq", "limit_fail",
-                 "limit_value")
+    __slots__ = ("leaf", "walker", "preempt_fail", "kept_out_fail", "kept_out_seq", "limits_seq", "room", "fit",
+                 "reach_cap")
 
     def __init__(self, leaf: str):
         self.leaf = leaf
@@ -92,11 +92,13 @@ class _LeafTurn:
         #: without this every later request as large would search again for nothing
         self.kept_out_fail: int = _NO_FAILURE
         self.kept_out_seq = -1
-        #: the walk's last limit, with the pool's change stamp and preempt_fail it was worked
-        #: out for: a long run of requests that fail alike asks for it again and again
-        self.limit_seq = -1
-        self.limit_fail = 0
-        self.limit_value: int | float = 0
+        #: the parts of the walk's limit that only a start or a stop changes (fills, free
+        #: GPUs, the queue, who may be preempted: each moves the pool's change stamp), kept
+        #: for that stamp: a long run of requests that fail alike asks for the limit each time
+        self.limits_seq = -1
+        self.room: int | float = 0
+        self.fit = 0
+        self.reach_cap = -1  # -1: not worked out for this stamp
 
 
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
@@ -202,13 +204,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             q = queues[(gpu_type, leaf, "a")]
 
             def limit(turn: _LeafTurn = turn, leaf: str = leaf, q: LeafQueue = q) -> float:
-                # fills, free GPUs, the queue and who is protected change only with a start
-                # or a stop in this pass, and each of those moves the pool's change stamp
-                if turn.limit_seq == pool.change_seq and turn.limit_fail == turn.preempt_fail:
-                    return turn.limit_value
-                value = _phase3_limit(state, pool, view, tree, fair, hysteresis, unprotected, turn, leaf, q)
-                turn.limit_seq, turn.limit_fail, turn.limit_value = pool.change_seq, turn.preempt_fail, value
-                return value
+                return _phase3_limit(state, pool, view, tree, fair, hysteresis, unprotected, turn, leaf, q)
 
             turn.walker = walk([q], limit)
         item = next(turn.walker, None)
@@ -370,14 +366,21 @@ def _phase3_limit(state: SchedulerState, pool: Pool, view: FairShareView, tree: 
                   q: LeafQueue) -> int | float:
     """One more than the largest request of ``leaf`` that phase 3 could start now: within its
     due share, and no larger than free GPUs plus what it may preempt (or than its last failure)."""
-    room = _share_room(view, tree, fair, leaf)
-    fit = pool.fit_limit()
+    if turn.limits_seq != pool.change_seq:
+        turn.limits_seq = pool.change_seq
+        turn.room = _share_room(view, tree, fair, leaf)
+        turn.fit = pool.fit_limit()
+        turn.reach_cap = -1
+    room = turn.room
+    fit = turn.fit
     if turn.preempt_fail <= 1 or room < 1:
         return min(fit, room) + 1
-    reachable = state.unallocated_gpus[pool.gpu_type]
-    for v in _victims_for(view, tree, hysteresis, leaf, q.min_gpus() if q.count else 1):
-        reachable += unprotected.get(v, 0)
-    cap = min(turn.preempt_fail - 1, pool.open_limit(), pool.free_gpus + reachable)
+    if turn.reach_cap < 0:
+        reachable = state.unallocated_gpus[pool.gpu_type]
+        for v in _victims_for(view, tree, hysteresis, leaf, q.min_gpus() if q.count else 1):
+            reachable += unprotected.get(v, 0)
+        turn.reach_cap = min(pool.open_limit(), pool.free_gpus + reachable)
+    cap = min(turn.preempt_fail - 1, turn.reach_cap)
     return min(max(fit, cap), room) + 1
 
 
