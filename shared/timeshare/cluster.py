@@ -80,6 +80,9 @@ class Pool:
         # node index -> its change stamp, least recently changed first: lets changed_since
         # read only the nodes that changed instead of scanning the whole pool every pass
         self._recent: dict[int, int] = {}
+        #: node index -> its change stamp (as in _recent): walks read _recent's keys only,
+        #: which makes no (index, stamp) pair per node
+        self._stamp: list[int] = [0] * spec.nodes
         self.cordoned = 0  # nodes in NODE_CORDONED: a pass looks for drains only when some are
         self._limits_seq = -1  # change_seq when _fit_limit and _open_limit were computed
         self._fit_limit = self._open_limit = 0
@@ -106,12 +109,14 @@ class Pool:
         recent = self._recent
         recent.pop(node.index, None)  # re-inserted last: the order stays by change stamp
         recent[node.index] = self.change_seq
+        self._stamp[node.index] = self.change_seq
 
     def changed_since(self, seq: int) -> list[Node]:
         """Nodes changed after stamp ``seq``, by index."""
         idx: list[int] = []
-        for i, stamp in reversed(self._recent.items()):
-            if stamp <= seq:
+        stamps = self._stamp
+        for i in reversed(self._recent):
+            if stamps[i] <= seq:
                 break
             idx.append(i)
         idx.sort()
@@ -122,8 +127,9 @@ class Pool:
         search asks this on every retry, and most nodes that changed are not open enough)."""
         idx: list[int] = []
         nodes = self.nodes
-        for i, stamp in reversed(self._recent.items()):
-            if stamp <= seq:
+        stamps = self._stamp
+        for i in reversed(self._recent):
+            if stamps[i] <= seq:
                 break
             n = nodes[i]
             if n.state == NODE_HEALTHY and n.gpus - n.blocked >= at_least and i not in exclude:
