@@ -219,23 +219,29 @@ class FairShareView:
         """Leaves, most deserving first, ranked depth-first level by level; with ``among``, only
         those leaves, in the same order (subtrees holding none of them are not ranked at all)."""
         out: list[str] = []
-        if among is None:
-            self._visit(self.tree.roots, out, None)
-        else:
-            paths = self.tree.paths
-            within = {path for leaf in among for path in paths[leaf]}
-            self._visit(self.tree.roots, out, within)
+        within: list[bool] | None = None
+        if among is not None:
+            within = [False] * len(self._node_paths)
+            path_index = self._path_index
+            for leaf in among:
+                for i in path_index[leaf]:
+                    within[i] = True
+        self._visit(self.tree.root_index, out, within)
         return out
 
-    def _visit(self, siblings: list[str], out: list[str], within: set[str] | None) -> None:
+    def _visit(self, siblings: list[int], out: list[str], within: list[bool] | None) -> None:
         # a method, not a recursive closure: compiled by mypyc, a closure that calls itself is
         # a reference cycle per call, which only the garbage collector frees
-        nodes = self.tree.nodes
-        if within is not None:
-            # keys are unique (they end in the path), so sorting a subset keeps its order
-            siblings = [path for path in siblings if path in within]
-        for path in sorted(siblings, key=self.key):
-            children = nodes[path].children
+        paths = self._node_paths
+        # sorted by key(): (fill, ratio, path); paths are unique, so the index is never compared
+        # and sorting a subset keeps its order
+        ranked: list[tuple[float, float, str, int]] = []
+        for i in siblings:
+            if within is None or within[i]:
+                ranked.append((self.fill_at(i), self._ratio[i], paths[i], i))
+        ranked.sort()
+        for _, _, path, i in ranked:
+            children = self._children[i]
             if children:
                 self._visit(children, out, within)
             else:
