@@ -80,8 +80,15 @@ class Pool:
         # node index -> its change stamp, least recently changed first: lets changed_since
         # read only the nodes that changed instead of scanning the whole pool every pass
         self._recent: dict[int, int] = {}
+        #: node index -> its change stamp (as in _recent): walks read _recent's keys only,
+        #: which makes no (index, stamp) pair per node
+        self._stamp: list[int] = [0] * spec.nodes
         self.cordoned = 0  # nodes in NODE_CORDONED: a pass looks for drains only when some are
         self._limits_seq = -1  # change_seq when _fit_limit and _open_limit were computed
+        # open_nodes answers by (at_least, exclude) while change_seq is _open_seq: victim
+        # searches of one pass ask the same question for many leaves between two changes
+        self._open_seq = -1
+        self._open_cache: dict[tuple[int, frozenset[int]], list[Node]] = {}
         self._fit_limit = self._open_limit = 0
 
     # -- validation -------------------------------------------------------------------------
@@ -106,12 +113,14 @@ class Pool:
         recent = self._recent
         recent.pop(node.index, None)  # re-inserted last: the order stays by change stamp
         recent[node.index] = self.change_seq
+        self._stamp[node.index] = self.change_seq
 
     def changed_since(self, seq: int) -> list[Node]:
         """Nodes changed after stamp ``seq``, by index."""
         idx: list[int] = []
-        for i, stamp in reversed(self._recent.items()):
-            if stamp <= seq:
+        stamps = self._stamp
+        for i in reversed(self._recent):
+            if stamps[i] <= seq:
                 break
             idx.append(i)
         idx.sort()
@@ -122,8 +131,9 @@ class Pool:
         search asks this on every retry, and most nodes that changed are not open enough)."""
         idx: list[int] = []
         nodes = self.nodes
-        for i, stamp in reversed(self._recent.items()):
-            if stamp <= seq:
+        stamps = self._stamp
+        for i in reversed(self._recent):
+            if stamps[i] <= seq:
                 break
             n = nodes[i]
             if n.state == NODE_HEALTHY and n.gpus - n.blocked >= at_least and i not in exclude:
@@ -167,14 +177,23 @@ class Pool:
         return 0
 
     def open_nodes(self, at_least: int, exclude: frozenset[int] = frozenset()) -> list[Node]:
-        """Schedulable nodes where a preemption could free ``at_least`` GPUs, by index."""
+        """Schedulable nodes where a preemption could free ``at_least`` GPUs, by index (a list
+        shared by callers until a node changes: read it, do not change it)."""
+        if self._open_seq != self.change_seq:
+            self._open_cache.clear()
+            self._open_seq = self.change_seq
+        key = (at_least, exclude)
+        cached = self._open_cache.get(key)
+        if cached is not None:
+            return cached
         idx: list[int] = []
         for c in range(at_least, self.gpus_per_node + 1):
             idx.extend(self.open[c])
         if exclude:
             idx = [i for i in idx if i not in exclude]
         idx.sort()
-        return [self.nodes[i] for i in idx]
+        out = self._open_cache[key] = [self.nodes[i] for i in idx]
+        return out
 
     def open_among(self, nodes: list[Node], at_least: int, exclude: frozenset[int] = frozenset()) -> list[Node]:
         """Those of ``nodes`` (by index) that :meth:`open_nodes` would list: checks only these

@@ -12,18 +12,21 @@ import msgspec
 from .workload import WorkloadSpec
 
 
-class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+# gc=False (here and on WorkloadSpec): frozen records of strings, numbers and lists of them
+# can never be part of a reference cycle, and a simulation keeps hundreds of thousands of them
+# alive, which every full garbage collection would otherwise walk
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     event_id: str
     at_ms: int
     cluster: str = "default"
 
 
-class NodeGpus(msgspec.Struct, frozen=True, kw_only=True, array_like=False):
+class NodeGpus(msgspec.Struct, frozen=True, kw_only=True, array_like=False, gc=False):
     node: str
     gpu_ids: list[int]
 
 
-class PreemptionReason(msgspec.Struct, frozen=True, kw_only=True):
+class PreemptionReason(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Why a workload was preempted, as the numbers that justified it.
 
     kind: ``unallocated`` (the victim ran on unallocated time), ``fair_share`` (the preemptor's

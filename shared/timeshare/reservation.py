@@ -39,9 +39,11 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
     heads = _pending_gangs(state, pool, state.queues if queues is None else queues)
     if not heads:
         return None  # most passes: no funded gang waits, so no fair-share order is needed
+    index = state.tree.index
     for leaf in view.leaf_order(heads):  # only leaves with a gang pending, in fair-share order
         head, gpus = heads[leaf]
-        if view.fill(leaf, gpus) > 1.0 and not (view.fill(leaf) < 1.0 and gpus <= view.due_gpus[leaf]):
+        i = index[leaf]
+        if view.fill_at(i, gpus) > 1.0 and not (view.fill_at(i) < 1.0 and gpus <= view.due_at(i)):
             continue  # a gang beyond the leaf's due share borrows; it gets no reservation
         need = gpus // gpn
         if len(pool.buckets[gpn]) >= need:

@@ -156,7 +156,10 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     unallocated_hysteresis = config.unallocated_hysteresis
 
     # -- phase 3: allocated requests within due shares, fair-share order, may preempt -----
-    active: dict[str, int] = {}
+    # per tree node (by index): how many of the leaves beneath still have requests to look at
+    node_paths = tree.node_paths
+    path_index = tree.path_index
+    active: list[int] = [0] * len(node_paths)
     turns: dict[str, _LeafTurn] = {}
     fit_limit = pool.fit_limit()
     open_limit = pool.open_limit()
@@ -184,21 +187,22 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
                     and memo[1] == (tuple(victims_for(leaf, min_gpus)), None, None):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
-        for path in tree.paths[leaf]:
-            active[path] = active.get(path, 0) + 1
+        for i in path_index[leaf]:
+            active[i] += 1
 
     def deactivate(leaf: str) -> None:
-        for path in tree.paths[leaf]:
-            active[path] -= 1
+        for i in path_index[leaf]:
+            active[i] -= 1
 
     # a request that can neither start nor preempt changes no fill and no active leaf, so the
     # same leaf is picked again: pick anew only after a start or when a leaf runs out
     leaf = None
     while True:
         if leaf is None:
-            leaf = view.pick(active)
-            if leaf is None:
+            picked = view.pick_at(active)
+            if picked < 0:
                 break
+            leaf = node_paths[picked]
         turn = turns[leaf]
         if turn.walker is None:
             q = queues[(gpu_type, leaf, "a")]
@@ -252,7 +256,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     # it from the subtree that runs most for its due share first;
     # an unallocated request only that of subtrees that run more than it would, counting the
     # request, so free capacity is shared fairly ---------------------------------------------
-    active.clear()
+    for i in range(len(active)):
+        active[i] = 0  # (all zero already: phase 3 ends when no leaf is active)
     walkers: dict[str, Iterator[tuple[Key, int]]] = {}
     failed: dict[tuple[str, str], _Failed] = {}  # per leaf and queue class
     unallocated_gpus = state.unallocated_gpus
@@ -284,14 +289,15 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         if not qs:
             continue
         walkers[leaf] = walk(qs, limits)
-        for path in tree.paths[leaf]:
-            active[path] = active.get(path, 0) + 1
+        for i in path_index[leaf]:
+            active[i] += 1
     leaf = None  # picked anew only after a start or when a leaf runs out, as in phase 3
     while True:
         if leaf is None:
-            leaf = view.pick_by_total(active)
-            if leaf is None:
+            picked = view.pick_at(active, True)
+            if picked < 0:
                 break
+            leaf = node_paths[picked]
         item = next(walkers[leaf], None)
         if item is None:
             deactivate(leaf)
@@ -315,25 +321,25 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         # unallocated work it may preempt: any (allocated request), or that of subtrees that
         # run more than it would with the request (unallocated request)
         total = view.total_fill
-        unalloc = view.unallocated_running_gpus
         richer: dict[str, tuple[str, str]] = {}
         reachable = pool.free_gpus
         take_any = allocated and (any_unallocated or all(
             # "fair": an allocated request that keeps every subtree above it within its due
             # share plus the hysteresis, in all it runs, still takes any unallocated work
-            view.total_fill(path, gpus) <= 1.0 + unallocated_hysteresis for path in tree.paths[leaf]))
-        if allocated and unalloc[leaf]:
+            view.total_fill_at(i, gpus) <= 1.0 + unallocated_hysteresis for i in path_index[leaf]))
+        leaf_i = path_index[leaf][-1]
+        if allocated and view.unallocated_running_at(leaf_i):
             # its own team's unallocated work: the swap changes no other team's share
             richer[leaf] = (leaf, leaf)
-            reachable += unalloc[leaf]
-        for a, b, others in tree.split_groups[leaf]:
-            if unalloc[b]:  # counts add up the tree: some leaf under b runs unallocated work
-                theirs = view.total_fill(b)
-                if take_any or view.total_fill(a, gpus) + unallocated_hysteresis < theirs:
-                    for other in others:
-                        if unalloc[other]:
+            reachable += view.unallocated_running_at(leaf_i)
+        for a, b, ai, bi, others in tree.split_group_index[leaf]:
+            if view.unallocated_running_at(bi):  # counts add up the tree: some leaf under b runs unallocated work
+                theirs = view.total_fill_at(bi)
+                if take_any or view.total_fill_at(ai, gpus) + unallocated_hysteresis < theirs:
+                    for other, other_i in others:
+                        if view.unallocated_running_at(other_i):
                             richer[other] = (a, b)
-                            reachable += unalloc[other]
+                            reachable += view.unallocated_running_at(other_i)
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
                                  unallocated_from=set(richer), memo_space="beyond" if allocated else "free")
                 if reachable >= gpus else None)
@@ -394,12 +400,11 @@ def _victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, l
     the request fits within that share (so a gang as large as a team's share is not
     starved by the team's own small work)."""
     out_: dict[str, tuple[str, str]] = {}
-    fill = view.fill
-    due = view.due_gpus
-    for other, a, b in tree.splits[leaf]:
-        fb = fill(b)
-        if fb > 1.0 + hysteresis and (fill(a, gpus) + hysteresis < fb
-                                      or (fill(a) < 1.0 and gpus <= due[a] and fill(a) + hysteresis < fb)):
+    for other, a, b, ai, bi in tree.split_index[leaf]:
+        fb = view.fill_at(bi)
+        if fb > 1.0 + hysteresis and (view.fill_at(ai, gpus) + hysteresis < fb
+                                      or (view.fill_at(ai) < 1.0 and gpus <= view.due_at(ai)
+                                          and view.fill_at(ai) + hysteresis < fb)):
             out_[other] = (a, b)
     return out_
 
@@ -411,9 +416,9 @@ def _share_room(view: FairShareView, tree: AllocationTree, fair: bool, leaf: str
     request / 2 <= due, since work started beyond a share is not taken back by teams
     that run on unallocated time)."""
     room = math.inf
-    for path in tree.paths[leaf]:
-        due = view.due_gpus[path]
-        gap = due - view.running_gpus[path]
+    for i in tree.path_index[leaf]:
+        due = view.due_at(i)
+        gap = due - view.running_at(i)
         if gap <= 0:
             return 0
         room = min(room, 2 * gap if fair else due)
@@ -545,20 +550,27 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str
         )
     mine, theirs = victims_of[victim.leaf]
     level = mine.rsplit("/", 1)[0] if "/" in mine else ""
-    fill_mine = view.fill(mine, by.gpus)
-    fill_theirs = view.fill(theirs)
+    index = view.tree.index
+    i_mine = index[mine]
+    i_theirs = index[theirs]
+    fill_mine = view.fill_at(i_mine, by.gpus)
+    fill_theirs = view.fill_at(i_theirs)
+    ratio_mine = view.ratio_at(i_mine)
+    ratio_theirs = view.ratio_at(i_theirs)
+    running_theirs = view.running_at(i_theirs)
+    due_theirs = view.due_at(i_theirs)
     # the number as configured, read untyped: a compiled build would turn an int given for
     # this float field into a float on the way (see units.py)
     hysteresis: Any = getattr(config, "preemption_hysteresis")
     return ev.PreemptionReason(
         kind="fair_share", by_workload_id=by.id, by_project=by.leaf, level=level,
         preemptor_subtree=mine, victim_subtree=theirs,
-        preemptor_ratio=round(view.ratios[mine], 6), victim_ratio=round(view.ratios[theirs], 6),
+        preemptor_ratio=round(ratio_mine, 6), victim_ratio=round(ratio_theirs, 6),
         preemptor_fill=round(fill_mine, 6), victim_fill=round(fill_theirs, 6),
-        victim_running_gpus=view.running_gpus[theirs], victim_due_gpus=round(view.due_gpus[theirs], 3),
+        victim_running_gpus=running_theirs, victim_due_gpus=round(due_theirs, 3),
         hysteresis=hysteresis,
-        message=(f"{victim.id} was past its minimum runtime and {theirs} ran {view.running_gpus[theirs]} GPUs, "
-                 f"{fill_theirs:.0%} of the {view.due_gpus[theirs]:.0f} it is due now (7-day usage ratio "
-                 f"{view.ratios[theirs]:.2f}); {mine} would be at {fill_mine:.0%} of its due share with "
-                 f"{by.id} (usage ratio {view.ratios[mine]:.2f}), so {by.id} went first"),
+        message=(f"{victim.id} was past its minimum runtime and {theirs} ran {running_theirs} GPUs, "
+                 f"{fill_theirs:.0%} of the {due_theirs:.0f} it is due now (7-day usage ratio "
+                 f"{ratio_theirs:.2f}); {mine} would be at {fill_mine:.0%} of its due share with "
+                 f"{by.id} (usage ratio {ratio_mine:.2f}), so {by.id} went first"),
     )

@@ -71,6 +71,17 @@ class AllocationTree:
             for p in siblings:
                 if nodes[p].children:
                     self.sibling_sets.append((p, nodes[p].children))
+        #: the same structure by node index (the position in ``node_list``): a scheduling pass
+        #: keeps its per-node numbers in lists, read by index instead of hashing paths
+        self.index: dict[str, int] = {p: i for i, p in enumerate(self.node_paths)}
+        index = self.index
+        self.root_index: list[int] = [index[p] for p in self.roots]
+        self.children_index: list[list[int]] = [[index[c] for c in n.children] for n in self.node_list]
+        #: per leaf, the indices of its path from the top level down (``paths`` by index)
+        self.path_index: dict[str, list[int]] = {leaf: [index[p] for p in self.paths[leaf]] for leaf in self.leaves}
+        self.sibling_index: list[tuple[int, list[int]]] = [
+            (index[parent] if parent is not None else -1, [index[p] for p in siblings])
+            for parent, siblings in self.sibling_sets]
         self._divergence: dict[tuple[str, str], tuple[str, str] | None] = {}
         #: per leaf, every other leaf with the two sibling subtrees where their paths part
         self.splits: dict[str, list[tuple[str, str, str]]] = {
@@ -87,6 +98,13 @@ class AllocationTree:
                     groups[-1][2].append(other)
                 else:
                     groups.append((a, b, [other]))
+        #: ``splits`` and ``split_groups`` with the two subtrees' indices after their paths (and
+        #: each other leaf with its index)
+        self.split_index: dict[str, list[tuple[str, str, str, int, int]]] = {
+            leaf: [(other, a, b, index[a], index[b]) for other, a, b in splits] for leaf, splits in self.splits.items()}
+        self.split_group_index: dict[str, list[tuple[str, str, int, int, list[tuple[str, int]]]]] = {
+            leaf: [(a, b, index[a], index[b], [(other, index[other]) for other in others]) for a, b, others in groups]
+            for leaf, groups in self.split_groups.items()}
 
     def divergence(self, leaf_a: str, leaf_b: str) -> tuple[str, str] | None:
         """The two sibling subtrees where the paths of two leaves part (None for the same leaf)."""

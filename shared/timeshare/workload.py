@@ -9,7 +9,7 @@ PRIORITIES = ("low", "normal", "high", "urgent")
 PRIORITY_RANK = {name: rank for rank, name in enumerate(PRIORITIES)}
 
 
-class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """One workload as submitted (also one line of a trace file)."""
 
     id: str

@@ -49,10 +49,20 @@ class _Rates:
         self.bins: dict = defaultdict(lambda: defaultdict(float))
 
     def change(self, key, t: float, delta: int) -> None:
-        r = self.rate[key]
+        rate = self.rate
+        r = rate[key]
         if r:
-            self._integrate(key, self.since[key], t, r)
-        self.rate[key] = r + delta
+            t0 = self.since[key]
+            h = int(t0 // HOUR_S)
+            if t <= (h + 1) * HOUR_S:
+                # within one hour (most changes): _integrate's single step, inline (reading
+                # bins[key] in any case, as _integrate does: it makes the key's bins)
+                bins = self.bins[key]
+                if t0 < t:
+                    bins[h] += r * (t - t0)
+            else:
+                self._integrate(key, t0, t, r)
+        rate[key] = r + delta
         self.since[key] = t
 
     def _integrate(self, key, t0: float, t1: float, r: int) -> None:
@@ -104,6 +114,8 @@ class MetricsCollector:
         self.node_pool: dict[str, str] = {}
         self.out_of_service: set[str] = set()
         self.node_gpus: dict[str, int] = {}
+        #: whether each tree node has a budget (fraction > 0), read per event by _funded
+        self._budgeted = {path: node.fraction > 0 for path, node in tree.nodes.items()}
 
     def start(self, t: float, nodes: dict[str, tuple[str, int]]) -> None:
         for name, (pool, gpus) in sorted(nodes.items()):
@@ -129,10 +141,12 @@ class MetricsCollector:
             self.demand_funded.change((spec.project, spec.gpu_type), t, -spec.gpus)
 
     def _funded(self, spec) -> bool:
-        return spec.min_runtime_s > 0 and self.tree.nodes[spec.project].fraction > 0
+        return spec.min_runtime_s > 0 and self._budgeted[spec.project]
 
     def observe(self, e: ev.Event) -> None:
         self.events += 1
+        if type(e) is ev.MinRuntimeReached:
+            return  # counted only (a third of a run's events)
         t = e.at_ms / 1000
         match e:
             case ev.WorkloadSubmitted():
