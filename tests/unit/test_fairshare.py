@@ -215,3 +215,41 @@ def test_fair_unallocated_preemption_keeps_the_share_of_a_team_that_runs_on_unal
     assert fair["teams"]["a"]["funded_attainment"] >= 0.9
     for m in (any_, fair):
         assert m["occupancy"] >= 0.95  # nobody leaves GPUs idle for this
+
+
+# -- the same numbers by node index (what a scheduling pass reads) --------------------------
+
+def test_pick_by_index_ranks_as_the_key_tuples_do_and_the_dicts_follow_charges():
+    rng = random.Random(3)
+    shares = {"p": 2, "p/x": 1, "p/y": 1, "p/z": 1, "q": 1, "q/u": 1, "q/v": 0, "r": 1}
+    leaves = ["p/x", "p/y", "p/z", "q/u", "q/v", "r"]
+    tree = AllocationTree.from_shares(shares)
+    for _ in range(50):
+        # ties are likely (equal usage, whole GPUs): the path decides them, as in key()
+        view = view_with_usage(shares, {leaf: rng.choice([0, 4, 8]) for leaf in leaves},
+                               running={leaf: rng.choice([0, 4]) for leaf in leaves})
+        active = {leaf: rng.random() < 0.6 for leaf in leaves}
+        counts = [0] * len(tree.node_paths)
+        for leaf in leaves:
+            if active[leaf]:
+                for i in tree.path_index[leaf]:
+                    counts[i] += 1
+        for total, key in ((False, view.key), (True, view.total_key)):
+            expected = None
+            siblings = tree.roots
+            while siblings:  # the most deserving active subtree by key tuple, level by level
+                live = [p for p in siblings if any(active[leaf] for leaf in leaves if leaf == p
+                                                   or leaf.startswith(p + "/"))]
+                if not live:
+                    break
+                expected = min(live, key=key)
+                siblings = tree.nodes[expected].children
+            picked = view.pick_at(counts, total)
+            assert (tree.node_paths[picked] if picked >= 0 else None) == expected
+        leaf = rng.choice(leaves)
+        before = view.running_gpus[leaf]
+        view.charge(leaf, 2)
+        assert view.running_gpus[leaf] == before + 2
+        assert view.fill(leaf) == view.fill_at(tree.index[leaf])
+        some = [leaf for leaf in leaves if active[leaf]]
+        assert view.leaf_order(some) == [leaf for leaf in view.leaf_order() if leaf in some]
