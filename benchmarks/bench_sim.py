@@ -189,10 +189,16 @@ class Report:
             speedup = f"; compiled {wp / wc:.2f}x faster" if wp and wc else ""
             line(f"[{policy}] wall time", self.pair(wp, wc, "{:.2f}", " s"),
                  f"target <= {target_s:.0f} s ({ratio} of target){speedup}")
-            sim_days = first["metrics"]["sim"]["simulated_s"] / 86400
+            sim_s = first["metrics"]["sim"]["simulated_s"]
+            sim_days = sim_s / 86400
+            line(f"[{policy}] simulated seconds per wall second",
+                 self.pair(sim_s / wp if wp else None, sim_s / wc if wc else None, "{:,.0f}", ""))
             line(f"[{policy}] simulated days per wall second",
                  self.pair(sim_days / wp if wp else None, sim_days / wc if wc else None, "{:.2f}", ""),
                  "(published peers: 1-2.5 days/s)")
+            n_events = first["events"]
+            line(f"[{policy}] events per wall second",
+                 self.pair(n_events / wp if wp else None, n_events / wc if wc else None, "{:,.0f}", ""))
             same = "" if not (p and c) else ("identical" if p["sha256"] == c["sha256"] else "DIFFERENT")
             line(f"[{policy}] events", f"{first['events']}",
                  f"sha256 {first['sha256'][:16]}" + (f", pure and compiled {same}" if same else ""))
