@@ -41,6 +41,61 @@ def find_victims(
 
     ``only`` (by index) restricts a single-node search to these nodes (the caller knows the others
     cannot serve the request); nodes in ``exclude`` are never used (a gang's reservation)."""
+    gpn = pool.gpus_per_node
+    if gpus > gpn:
+        return _find_gang(state, pool, gpus, may_preempt, cost, exclude)
+    workloads = state.workloads
+    allowed: dict[str, bool] = {}  # workload id -> may_preempt, before any cost is needed
+    costs: dict[str, tuple] = {}  # workload id -> cost, of those allowed
+    best = None
+    if only is None:
+        candidates_nodes = pool.open_nodes(gpus, exclude)
+    else:
+        candidates_nodes = pool.open_among(only, gpus, exclude)
+    for node in candidates_nodes:
+        free = node.free
+        if free >= gpus:
+            return [node], []
+        # costs only for nodes where enough could be freed: most nodes of a search fail
+        # here, and a cost is dearer than a yes or no
+        reachable = free
+        for wid, n in node.holders.items():
+            ok = allowed.get(wid)
+            if ok is None:
+                ok = allowed[wid] = may_preempt(workloads[wid])
+            if ok:
+                reachable += n
+        if reachable < gpus:
+            continue
+        candidates: list[tuple[tuple, int]] = []
+        for wid, n in node.holders.items():
+            if allowed[wid]:
+                c = costs.get(wid)
+                if c is None:
+                    c = costs[wid] = cost(workloads[wid])
+                candidates.append((c, n))
+        candidates.sort()
+        taken = 0
+        got = free
+        worst: tuple | None = None
+        for c, n in candidates:
+            taken += 1
+            got += n
+            worst = c
+            if got >= gpus:
+                break
+        rank = (worst, taken, node.index)
+        if best is None or rank < best[0]:
+            best = (rank, node, [c[-1] for c, _ in candidates[:taken]])
+    if best is None:
+        return None
+    return [best[1]], [workloads[w] for w in best[2]]
+
+
+def _find_gang(state: SchedulerState, pool: Pool, gpus: int, may_preempt: Callable[[Workload], bool],
+               cost: Callable[[Workload], tuple], exclude: frozenset[int]) -> tuple[list[Node], list[Workload]] | None:
+    """:func:`find_victims` for a whole-node gang (apart: most searches are for one node, and
+    they need none of this, not even the closure below)."""
     workloads = state.workloads
     gpn = pool.gpus_per_node
     verdict: dict[str, tuple | None] = {}  # workload id -> cost, or None if not preemptible
@@ -52,54 +107,6 @@ def find_victims(
         c = cost(w) if may_preempt(w) else None
         verdict[wid] = c
         return c
-
-    allowed: dict[str, bool] = {}  # workload id -> may_preempt, before any cost is needed
-    costs: dict[str, tuple] = {}  # workload id -> cost, of those allowed
-
-    if gpus <= gpn:
-        best = None
-        if only is None:
-            candidates_nodes = pool.open_nodes(gpus, exclude)
-        else:
-            candidates_nodes = pool.open_among(only, gpus, exclude)
-        for node in candidates_nodes:
-            free = node.free
-            if free >= gpus:
-                return [node], []
-            # costs only for nodes where enough could be freed: most nodes of a search fail
-            # here, and a cost is dearer than a yes or no
-            reachable = free
-            for wid, n in node.holders.items():
-                ok = allowed.get(wid)
-                if ok is None:
-                    ok = allowed[wid] = may_preempt(workloads[wid])
-                if ok:
-                    reachable += n
-            if reachable < gpus:
-                continue
-            candidates: list[tuple[tuple, int]] = []
-            for wid, n in node.holders.items():
-                if allowed[wid]:
-                    c = costs.get(wid)
-                    if c is None:
-                        c = costs[wid] = cost(workloads[wid])
-                    candidates.append((c, n))
-            candidates.sort()
-            taken = 0
-            got = free
-            worst: tuple | None = None
-            for c, n in candidates:
-                taken += 1
-                got += n
-                worst = c
-                if got >= gpus:
-                    break
-            rank = (worst, taken, node.index)
-            if best is None or rank < best[0]:
-                best = (rank, node, [c[-1] for c, _ in candidates[:taken]])
-        if best is None:
-            return None
-        return [best[1]], [workloads[w] for w in best[2]]
 
     need = gpus // gpn
     open_nodes = pool.open_nodes(gpn, exclude)

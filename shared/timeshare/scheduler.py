@@ -183,8 +183,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             continue  # nothing of this leaf can start, even by preempting
         if min_gpus > fit_limit and reservation is None:
             memo = state.victim_memo.get((gpu_type, leaf, "in"))
-            if memo is not None and memo[0] == pool.change_seq and min_gpus >= memo[2] \
-                    and memo[1] == (tuple(victims_for(leaf, min_gpus)), None, None):
+            if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
+                    and memo.key == (tuple(victims_for(leaf, min_gpus)), None, None):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         for i in path_index[leaf]:
@@ -328,9 +328,11 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             # share plus the hysteresis, in all it runs, still takes any unallocated work
             view.total_fill_at(i, gpus) <= 1.0 + unallocated_hysteresis for i in path_index[leaf]))
         leaf_i = path_index[leaf][-1]
+        mask = 0  # the leaves of richer, a bit per node index (the memo's key)
         if allocated and view.unallocated_running_at(leaf_i):
             # its own team's unallocated work: the swap changes no other team's share
             richer[leaf] = (leaf, leaf)
+            mask |= 1 << leaf_i
             reachable += view.unallocated_running_at(leaf_i)
         for a, b, ai, bi, others in tree.split_group_index[leaf]:
             if view.unallocated_running_at(bi):  # counts add up the tree: some leaf under b runs unallocated work
@@ -339,9 +341,11 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
                     for other, other_i in others:
                         if view.unallocated_running_at(other_i):
                             richer[other] = (a, b)
+                            mask |= 1 << other_i
                             reachable += view.unallocated_running_at(other_i)
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
-                                 unallocated_from=set(richer), memo_space="beyond" if allocated else "free")
+                                 unallocated_from=richer, unallocated_mask=mask,
+                                 memo_space="beyond" if allocated else "free")
                 if reachable >= gpus else None)
         if plan is not None and not take_any and not _stays_richer(plan[1], richer, w, total, config):
             plan = None
@@ -439,6 +443,19 @@ def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w
     return all(total(a, w.gpus) + config.unallocated_hysteresis < total(b, -gpus) for (a, b), gpus in lost.items())
 
 
+class _FailedSearches:
+    """Single-node victim searches of one leaf (and memo space) that found nothing: the latest
+    (change stamp, victims allowed, size), and the latest per size."""
+
+    __slots__ = ("seq", "key", "size", "by_size")
+
+    def __init__(self) -> None:
+        self.seq = -1
+        self.key: tuple = ()
+        self.size = 0  # 0: none yet (a request asks for at least one GPU)
+        self.by_size: dict[int, tuple[int, tuple]] = {}
+
+
 class _VictimRules:
     """Which running workloads a request may preempt, and what each costs (see find_victims).
 
@@ -449,7 +466,7 @@ class _VictimRules:
                  "allocated_side")
 
     def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, tuple[str, str]],
-                 unallocated_from: set[str] | None, now_s: Seconds):
+                 unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds):
         self.state = state
         self.view = view
         self.leaf = leaf
@@ -483,59 +500,67 @@ class _VictimRules:
 
 def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
                      victims_of: dict[str, tuple[str, str]], now_s: Seconds, exclude: frozenset[int],
-                     reservation: Reservation | None, unallocated_from: set[str] | None = None,
-                     memo_space: str = "in") -> tuple[list[Node], list[Workload], dict[str, tuple[str, str]]] | None:
+                     reservation: Reservation | None, unallocated_from: dict[str, tuple[str, str]] | None = None,
+                     unallocated_mask: int = 0, memo_space: str = "in",
+                     ) -> tuple[list[Node], list[Workload], dict[str, tuple[str, str]]] | None:
     """Victims that make room for ``w``, or None. Remembers failures per leaf: with the same
     victims allowed (and the same reservation kept out), a failed search is redone only on
-    nodes that changed since."""
+    nodes that changed since.
+
+    ``unallocated_from`` (None: any) holds the leaves whose unallocated work may go, and
+    ``unallocated_mask`` the same leaves as a bit per tree node index: what the memo compares
+    (phase 4 retries failed requests a million times a month; sorting names each time cost
+    more than the rest of a retry)."""
     gpu_type = pool.gpu_type
     gpn = pool.gpus_per_node
     gpus = w.gpus
     leaf = w.leaf
     eligible_key = (tuple(victims_of), (reservation.workload_id, reservation.nodes) if reservation else None,
-                    tuple(sorted(unallocated_from)) if unallocated_from is not None else None)
-
-    rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+                    unallocated_mask if unallocated_from is not None else None)
 
     if gpus > gpn:
+        rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
         # nodes changed; search only when enough of them exist
-        memo = state.victim_memo.get((gpu_type, leaf, "gang", memo_space))
-        if memo is None or memo[1] != eligible_key:
+        gang_memo = state.victim_memo.get((gpu_type, leaf, "gang", memo_space))
+        if gang_memo is None or gang_memo[1] != eligible_key:
             takeable = preemptible_nodes(pool, pool.open_nodes(gpn, exclude), rules.may_preempt, state.workloads)
-        elif memo[0] == pool.change_seq:
-            takeable = memo[2]
+        elif gang_memo[0] == pool.change_seq:
+            takeable = gang_memo[2]
         else:
-            moved = pool.changed_since(memo[0])
-            takeable = (memo[2] - {n.index for n in moved}) | preemptible_nodes(
+            moved = pool.changed_since(gang_memo[0])
+            takeable = (gang_memo[2] - {n.index for n in moved}) | preemptible_nodes(
                 pool, [n for n in moved if n.index not in exclude], rules.may_preempt, state.workloads)
         state.victim_memo[(gpu_type, leaf, "gang", memo_space)] = (pool.change_seq, eligible_key, takeable)
         if len(takeable) * gpn < gpus:
             return None
         plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude)
     else:
-        memo = state.victim_memo.get((gpu_type, leaf, memo_space))
-        narrowed = memo is not None and memo[1] == eligible_key and gpus >= memo[2]
-        # the latest failure of a request at most this large with the same victims allowed
-        # (the memo above keeps one size only; it also decides which leaves phase 3 skips)
-        failures: dict[int, tuple[int, tuple]] = state.victim_memo.setdefault(
-            (gpu_type, leaf, memo_space, "by size"), {})
-        failed_seq = memo[0] if narrowed and memo is not None else None
-        for size, (seq, key) in failures.items():
-            if size <= gpus and key == eligible_key and (failed_seq is None or seq > failed_seq):
+        memo_key = (gpu_type, leaf, memo_space)
+        memo: _FailedSearches | None = state.victim_memo.get(memo_key)
+        if memo is None:
+            memo = state.victim_memo[memo_key] = _FailedSearches()
+        narrowed = memo.size > 0 and gpus >= memo.size and memo.key == eligible_key
+        failed_seq = memo.seq if narrowed else -1
+        for size, (seq, key) in memo.by_size.items():
+            if size <= gpus and seq > failed_seq and key == eligible_key:
                 failed_seq = seq
-        if failed_seq is not None:
+        if failed_seq >= 0:
             # only nodes changed since that failure can serve it now, and only those where a
             # preemption could open enough GPUs: often none, and then no search is needed
             changed = pool.open_changed_since(failed_seq, gpus, exclude)
-            plan = (find_victims(state, pool, gpus, rules.may_preempt, rules.cost, only=changed, exclude=exclude)
-                    if changed else None)
+            if changed:
+                rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, only=changed, exclude=exclude)
+            else:
+                plan = None
         else:
+            rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
             plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude)
-        if plan is None and (not narrowed or (memo is not None and gpus == memo[2])):
-            state.victim_memo[(gpu_type, leaf, memo_space)] = (pool.change_seq, eligible_key, gpus)
         if plan is None:
-            failures[gpus] = (pool.change_seq, eligible_key)
+            if not narrowed or gpus == memo.size:
+                memo.seq, memo.key, memo.size = pool.change_seq, eligible_key, gpus
+            memo.by_size[gpus] = (pool.change_seq, eligible_key)
     if plan is None:
         return None
     return plan[0], plan[1], victims_of
