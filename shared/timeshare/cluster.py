@@ -38,7 +38,7 @@ class PlacementError(ValueError):
 
 
 class Node:
-    __slots__ = ("name", "index", "rack", "gpus", "slots", "free", "state", "pool", "holders", "blocked")
+    __slots__ = ("name", "index", "rack", "gpus", "slots", "free", "state", "pool", "holders", "blocked", "unallocated")
 
     def __init__(self, pool: "Pool", index: int, rack: int, gpus: int):
         self.pool = pool
@@ -51,6 +51,9 @@ class Node:
         self.state = NODE_HEALTHY
         self.holders: dict[str, int] = {}  # workload id -> GPUs it holds here
         self.blocked = 0  # GPUs held by work no request may preempt now (protected)
+        #: GPUs held by unallocated work (kept by SchedulerState): a request that may preempt
+        #: only unallocated work can use this node only if free + unallocated suffices
+        self.unallocated = 0
 
     def workload_ids(self) -> list[str]:
         return sorted(self.holders)

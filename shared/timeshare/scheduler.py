@@ -549,6 +549,9 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
             # only nodes changed since that failure can serve it now, and only those where a
             # preemption could open enough GPUs: often none, and then no search is needed
             changed = pool.open_changed_since(failed_seq, gpus, exclude)
+            if changed and not victims_of:
+                # only unallocated work may go: a node short even with all of it freed is out
+                changed = [n for n in changed if n.free + n.unallocated >= gpus]
             if changed:
                 rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, only=changed, exclude=exclude)
@@ -556,7 +559,11 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 plan = None
         else:
             rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
-            plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude)
+            if victims_of:
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude)
+            else:  # as above, over every open node
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude,
+                                    only=[n for n in pool.open_nodes(gpus, exclude) if n.free + n.unallocated >= gpus])
         if plan is None:
             if not narrowed or gpus == memo.size:
                 memo.seq, memo.key, memo.size = pool.change_seq, eligible_key, gpus

@@ -345,6 +345,9 @@ class SchedulerState:
         if w.first_start_s is None:
             w.first_start_s = now_s
         w.allocated = e.allocated
+        if not w.allocated:
+            for node, ids in placement:
+                node.unallocated += len(ids)
         w.non_preemptible = e.non_preemptible
         if w.non_preemptible:
             n = self.nonpreemptible_gpus[w.gpu_type]
@@ -378,6 +381,8 @@ class SchedulerState:
         if w.non_preemptible or (w.allocated and w.protected_until_s is not None):
             self._block(w, -1)
         for node, ids in w.placement:
+            if not w.allocated:
+                node.unallocated -= len(ids)
             pool.release(node, ids, w.id)
         w.placement = []
         if w.non_preemptible:
