@@ -97,7 +97,12 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
         if next_submit is None and (next_heap is None or (not state.running and not state.pending_count
                                                           and all(k in (_NODE, _REPAIR) for _, k, _, _ in heap))):
             break
-        now_s = min(t for t in (next_submit, next_heap) if t is not None)
+        if next_submit is None:
+            now_s = next_heap
+        elif next_heap is None or next_submit <= next_heap:  # a tie: the submission (its time is an int)
+            now_s = next_submit
+        else:
+            now_s = next_heap
         if now_s > end_s:
             now_s = end_s
             break

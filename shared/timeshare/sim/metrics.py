@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Any, Callable
 
 from .. import events as ev
 from ..tree import AllocationTree
@@ -116,6 +117,14 @@ class MetricsCollector:
         self.node_gpus: dict[str, int] = {}
         #: whether each tree node has a budget (fraction > 0), read per event by _funded
         self._budgeted = {path: node.fraction > 0 for path, node in tree.nodes.items()}
+        self._handlers: dict[type, Callable[[Any, float], None]] = {
+            ev.WorkloadSubmitted: self._submitted, ev.WorkloadStarted: self._started,
+            ev.WorkloadPreempted: self._preempted, ev.WorkloadRequeued: self._requeued,
+            ev.WorkloadCompleted: self._completed, ev.WorkloadFailed: self._failed_or_cancelled,
+            ev.WorkloadCancelled: self._failed_or_cancelled, ev.NodeUnhealthy: self._node_unhealthy,
+            ev.NodeFailed: self._node_failed, ev.NodeDrained: self._node_drained,
+            ev.NodeRepaired: self._node_repaired,
+        }
 
     def start(self, t: float, nodes: dict[str, tuple[str, int]]) -> None:
         for name, (pool, gpus) in sorted(nodes.items()):
@@ -145,70 +154,80 @@ class MetricsCollector:
 
     def observe(self, e: ev.Event) -> None:
         self.events += 1
-        if type(e) is ev.MinRuntimeReached:
-            return  # counted only (a third of a run's events)
-        t = e.at_ms / 1000
-        match e:
-            case ev.WorkloadSubmitted():
-                spec = e.workload
-                self.specs[spec.id] = spec
-                self.submit_s[spec.id] = t
-                self.resubmit_of[spec.id] = e.resubmit_of
-                self.demand.change((spec.project, spec.gpu_type), t, spec.gpus)
-                if self._funded(spec):
-                    self.demand_funded.change((spec.project, spec.gpu_type), t, spec.gpus)
-            case ev.WorkloadStarted():
-                wid = e.workload_id
-                spec = self.specs[wid]
-                if wid in self.requeued_at:
-                    wait = t - self.requeued_at.pop(wid)
-                    self.requeue_waits.append(wait)
-                    self.requeue_waits_by_kind[spec.kind].append(wait)
-                elif wid not in self.first_wait:
-                    wait = t - self.submit_s[wid]
-                    if self.resubmit_of[wid]:
-                        self.requeue_waits.append(wait)
-                        self.requeue_waits_by_kind[spec.kind].append(wait)
-                    self.first_wait[wid] = wait
-                self.running[wid] = (t, e.gpus, e.allocated, e.project, e.gpu_type, spec.kind)
-                self.delivered.change((e.project, e.gpu_type), t, e.gpus)
-                if self._funded(spec):
-                    self.delivered_funded.change((e.project, e.gpu_type), t, e.gpus)
-            case ev.WorkloadPreempted():
-                self._stop_running(e.workload_id, t)
-                self.preemptions += 1
-                self.preemptions_by_reason[e.reason.kind] += 1
-                self.wasted_gpu_s += e.lost_gpu_s
-                if not e.resumable:
-                    self._end(e.workload_id, t)
-                    self.ended_other["preempted"] += 1
-            case ev.WorkloadRequeued():
-                self.requeued_at[e.workload_id] = t
-            case ev.WorkloadCompleted():
-                self._stop_running(e.workload_id, t)
-                self._end(e.workload_id, t)
-                self.completed += 1
-            case ev.WorkloadFailed() | ev.WorkloadCancelled():
-                wid = e.workload_id
-                if wid in self.running:
-                    ran = self._stop_running(wid, t)
-                    if isinstance(e, ev.WorkloadFailed):
-                        self.wasted_gpu_s += ran * self.specs[wid].gpus
-                self.requeued_at.pop(wid, None)
-                self._end(wid, t)
-                self.ended_other["failed" if isinstance(e, ev.WorkloadFailed) else "cancelled"] += 1
-            case ev.NodeUnhealthy():
-                self.drains += 1
-                self.drains_needing_human += int(e.needs_human)
-            case ev.NodeFailed():
-                self.node_failures += 1
-                self._out_of_service(e.node, t)
-            case ev.NodeDrained():
-                self._out_of_service(e.node, t)
-            case ev.NodeRepaired():
-                if e.node in self.out_of_service:
-                    self.out_of_service.discard(e.node)
-                    self.in_service.change(self.node_pool[e.node], t, self.node_gpus[e.node])
+        # by the event's type (a third of a run's events are min_runtime_reached, counted only)
+        handler = self._handlers.get(type(e))
+        if handler is not None:
+            handler(e, e.at_ms / 1000)
+
+    def _submitted(self, e: ev.WorkloadSubmitted, t: float) -> None:
+        spec = e.workload
+        self.specs[spec.id] = spec
+        self.submit_s[spec.id] = t
+        self.resubmit_of[spec.id] = e.resubmit_of
+        self.demand.change((spec.project, spec.gpu_type), t, spec.gpus)
+        if self._funded(spec):
+            self.demand_funded.change((spec.project, spec.gpu_type), t, spec.gpus)
+
+    def _started(self, e: ev.WorkloadStarted, t: float) -> None:
+        wid = e.workload_id
+        spec = self.specs[wid]
+        if wid in self.requeued_at:
+            wait = t - self.requeued_at.pop(wid)
+            self.requeue_waits.append(wait)
+            self.requeue_waits_by_kind[spec.kind].append(wait)
+        elif wid not in self.first_wait:
+            wait = t - self.submit_s[wid]
+            if self.resubmit_of[wid]:
+                self.requeue_waits.append(wait)
+                self.requeue_waits_by_kind[spec.kind].append(wait)
+            self.first_wait[wid] = wait
+        self.running[wid] = (t, e.gpus, e.allocated, e.project, e.gpu_type, spec.kind)
+        self.delivered.change((e.project, e.gpu_type), t, e.gpus)
+        if self._funded(spec):
+            self.delivered_funded.change((e.project, e.gpu_type), t, e.gpus)
+
+    def _preempted(self, e: ev.WorkloadPreempted, t: float) -> None:
+        self._stop_running(e.workload_id, t)
+        self.preemptions += 1
+        self.preemptions_by_reason[e.reason.kind] += 1
+        self.wasted_gpu_s += e.lost_gpu_s
+        if not e.resumable:
+            self._end(e.workload_id, t)
+            self.ended_other["preempted"] += 1
+
+    def _requeued(self, e: ev.WorkloadRequeued, t: float) -> None:
+        self.requeued_at[e.workload_id] = t
+
+    def _completed(self, e: ev.WorkloadCompleted, t: float) -> None:
+        self._stop_running(e.workload_id, t)
+        self._end(e.workload_id, t)
+        self.completed += 1
+
+    def _failed_or_cancelled(self, e: ev.WorkloadFailed | ev.WorkloadCancelled, t: float) -> None:
+        wid = e.workload_id
+        if wid in self.running:
+            ran = self._stop_running(wid, t)
+            if isinstance(e, ev.WorkloadFailed):
+                self.wasted_gpu_s += ran * self.specs[wid].gpus
+        self.requeued_at.pop(wid, None)
+        self._end(wid, t)
+        self.ended_other["failed" if isinstance(e, ev.WorkloadFailed) else "cancelled"] += 1
+
+    def _node_unhealthy(self, e: ev.NodeUnhealthy, t: float) -> None:
+        self.drains += 1
+        self.drains_needing_human += int(e.needs_human)
+
+    def _node_failed(self, e: ev.NodeFailed, t: float) -> None:
+        self.node_failures += 1
+        self._out_of_service(e.node, t)
+
+    def _node_drained(self, e: ev.NodeDrained, t: float) -> None:
+        self._out_of_service(e.node, t)
+
+    def _node_repaired(self, e: ev.NodeRepaired, t: float) -> None:
+        if e.node in self.out_of_service:
+            self.out_of_service.discard(e.node)
+            self.in_service.change(self.node_pool[e.node], t, self.node_gpus[e.node])
 
     def _attainment(self, delivered: _Rates, demand: _Rates) -> dict:
         teams = {}
