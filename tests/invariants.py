@@ -61,6 +61,16 @@ def check_unallocated_never_charged(run) -> None:
             assert charged == pytest.approx(expected[(leaf, gpu_type)], abs=1e-6), (leaf, gpu_type)
 
 
+def check_node_counts(run) -> None:
+    """Each node's count of GPUs held by unallocated work (which victim searches trust to skip
+    nodes) matches the work it holds at the end."""
+    state = run.state
+    for pool in state.cluster.pools.values():
+        for node in pool.nodes:
+            held = sum(n for wid, n in node.holders.items() if not state.workloads[wid].allocated)
+            assert node.unallocated == held, (node.name, node.unallocated, held)
+
+
 def check_nothing_lost(run, scenario) -> None:
     state = run.state
     submitted = [e.workload.id for e in run.of_type(ev.WorkloadSubmitted)]

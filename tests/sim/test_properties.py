@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests.builders import ScenarioBuilder, simulate
 from timeshare import events as ev
-from tests.invariants import (check_no_gpu_double_booked, check_nothing_lost, check_protection,
+from tests.invariants import (check_no_gpu_double_booked, check_node_counts, check_nothing_lost, check_protection,
                               check_unallocated_never_charged)
 
 HOUR = 3600
@@ -60,6 +60,7 @@ def test_invariants_hold_on_random_small_scenarios(policy, scenario):
     run = simulate(scenario, policy)
     check_no_gpu_double_booked(run.events)
     check_unallocated_never_charged(run)
+    check_node_counts(run)
     check_nothing_lost(run, scenario)
     if policy == "budget":
         check_protection(run.events)
