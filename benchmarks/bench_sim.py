@@ -1,6 +1,6 @@
 """`make bench`: how fast the simulator and one scheduling pass are, in pure Python and with the
 compiled core (benchmarks/compiled.py). Prints timings, never asserts them; exits non-zero only
-when the compiled core's events differ from pure Python's (a bug, not a slow machine).
+when the compiled build's events or metrics differ from pure Python's (a bug, not a slow machine).
 
 1. the built-in 30-day, 1024-GPU scenario under the budget policy (target <= 10 s wall);
    the baseline for comparison of the headline metrics;
@@ -155,6 +155,12 @@ def measure(build: Path | None, spec: dict) -> dict:
 
 # -- the report -----------------------------------------------------------------------------------
 
+def _comparable(metrics: dict) -> str:
+    """A run's metrics as JSON, less what measures the machine (the metrics are compiled too)."""
+    sim = {k: v for k, v in metrics["sim"].items() if k not in ("wall_s", "simulated_s_per_wall_s", "events_per_wall_s")}
+    return json.dumps({**metrics, "sim": sim}, sort_keys=True)
+
+
 class Report:
     def __init__(self, build: Path | None, pure: bool):
         self.build = build
@@ -168,6 +174,8 @@ class Report:
         if p is not None and c is not None and p["sha256"] != c["sha256"]:
             self.mismatches.append(f"{spec}: pure {p['sha256'][:16]} ({p.get('events')} events) != compiled "
                                    f"{c['sha256'][:16]} ({c.get('events')} events)")
+        if p is not None and c is not None and "metrics" in p and _comparable(p["metrics"]) != _comparable(c["metrics"]):
+            self.mismatches.append(f"{spec}: the metrics differ between pure Python and the compiled build")
         return p, c
 
     @staticmethod

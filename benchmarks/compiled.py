@@ -38,10 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "shared" / "timeshare"
 BUILDS = ROOT / ".build" / "mypyc"
 
-#: the modules compiled: the scheduling core that a simulation spends its time in (the
-#: simulator's loop, metrics and msgspec events stay Python: little time, or not compilable)
+#: the modules compiled, by dotted name under ``timeshare``: the scheduling core that a
+#: simulation spends its time in, and the simulator's metrics (every event passes through
+#: them); the simulator's loop, its scenario reading and the msgspec events stay Python
 MODULES = ["units", "tree", "window", "queue", "fairshare", "cluster", "state", "placement", "reservation",
-           "scheduler", "baseline", "fifo"]
+           "scheduler", "baseline", "fifo", "sim.metrics"]
 #: names the C extension group (``timeshare_core__mypyc...so`` next to the package)
 GROUP = "timeshare_core"
 OPT_LEVEL = "3"
@@ -62,9 +63,14 @@ del _os, _source, _init, _f
 '''
 
 
+def source_of(name: str) -> Path:
+    """The source file of a dotted module name under ``timeshare`` (``sim.metrics``)."""
+    return SOURCE.joinpath(*name.split(".")).with_suffix(".py")
+
+
 def imported_closure(modules: list[str]) -> list[str]:
-    """The given ``timeshare`` modules and every ``timeshare`` module they import, recursively
-    (relative imports one level deep, as the core writes them), sorted."""
+    """The given ``timeshare`` modules and every ``timeshare`` module they import, recursively,
+    as dotted names under ``timeshare``, sorted."""
     seen: set[str] = set()
     todo = list(modules)
     while todo:
@@ -72,19 +78,26 @@ def imported_closure(modules: list[str]) -> list[str]:
         if name in seen:
             continue
         seen.add(name)
-        tree = ast.parse((SOURCE / f"{name}.py").read_text())
+        package = name.split(".")[:-1]
+        tree = ast.parse(source_of(name).read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if isinstance(node, ast.ImportFrom) and node.level >= 1:
+                base = package[:len(package) - (node.level - 1)]
                 if node.module:
-                    todo.append(node.module.split(".")[0])
+                    todo.append(".".join(base + node.module.split(".")))
                 else:
-                    todo.extend(a.name for a in node.names)
+                    todo.extend(".".join(base + [a.name]) for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("timeshare."):
-                todo.append(node.module.split(".")[1])
+                todo.append(node.module.split(".", 1)[1])
     for name in seen:
-        if not (SOURCE / f"{name}.py").is_file():
-            raise RuntimeError(f"compiled core: {name}.py is a package or missing; list modules of shared/timeshare")
+        if not source_of(name).is_file():
+            raise RuntimeError(f"compiled core: {name} is a package or missing; list modules of shared/timeshare")
     return sorted(seen)
+
+
+def packages_of(names: list[str]) -> list[str]:
+    """The subpackages (dotted, under ``timeshare``) that hold the given modules."""
+    return sorted({".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 1)})
 
 
 def mypy_version() -> str:
@@ -94,9 +107,10 @@ def mypy_version() -> str:
 def build_hash() -> str:
     """What the build depends on: sources (compiled and imported), this file, mypy, the ABI."""
     h = hashlib.sha256()
-    for name in imported_closure(MODULES) + ["__init__"]:
+    sources = imported_closure(MODULES)
+    for name in sources + ["__init__"] + [f"{p}.__init__" for p in packages_of(sources)]:
         h.update(f"{name}.py\0".encode())
-        h.update((SOURCE / f"{name}.py").read_bytes())
+        h.update(source_of(name).read_bytes())
         h.update(b"\0")
     h.update(Path(__file__).read_bytes())
     h.update(f"\0mypy {mypy_version()}\0{sys.implementation.cache_tag}\0{sysconfig.get_config_var('EXT_SUFFIX')}"
@@ -132,12 +146,16 @@ def build(force: bool = False, quiet: bool = True) -> Path:
         package = staging / "timeshare"
         package.mkdir()
         sources = imported_closure(MODULES)
-        for name in sources + ["__init__"]:
-            shutil.copyfile(SOURCE / f"{name}.py", package / f"{name}.py")
+        subpackages = packages_of(sources)
+        for name in sources + ["__init__"] + [f"{p}.__init__" for p in subpackages]:
+            target_file = package.joinpath(*name.split(".")).with_suffix(".py")
+            target_file.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source_of(name), target_file)
+        files = [f"timeshare/{m.replace('.', '/')}.py" for m in MODULES]
         (staging / "setup.py").write_text(
             "from setuptools import setup\n"
             "from mypyc.build import mypycify\n"
-            f"setup(name='timeshare-compiled-core', ext_modules=mypycify({MYPY_FLAGS + [f'timeshare/{m}.py' for m in MODULES]!r}, "
+            f"setup(name='timeshare-compiled-core', ext_modules=mypycify({MYPY_FLAGS + files!r}, "
             f"opt_level={OPT_LEVEL!r}, group_name={GROUP!r}))\n")
         proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=staging,
                               capture_output=True, text=True)
@@ -145,13 +163,17 @@ def build(force: bool = False, quiet: bool = True) -> Path:
             raise RuntimeError(f"mypyc build failed (exit {proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}")
         if not quiet:
             print(proc.stdout[-2000:], file=sys.stderr)
-        built = sorted(p.name for p in package.glob("*.so"))
-        missing = [m for m in MODULES if not any(n.startswith(f"{m}.") for n in built)]
+        built = sorted(str(p.relative_to(package)) for p in package.rglob("*.so"))
+        missing = [m for m in MODULES if not any(n.startswith(f"{m.replace('.', '/')}.") for n in built)]
         if missing:
             raise RuntimeError(f"mypyc build produced no extension for {missing}")
         # keep only the extensions: every .py comes from the source tree (see _OVERLAY)
-        for p in package.glob("*.py"):
+        for p in package.rglob("*.py"):
             p.unlink()
+        for sub in subpackages:  # each subpackage is an overlay of its source directory too
+            here = target / "timeshare" / sub.replace(".", "/")
+            (package / sub.replace(".", "/") / "__init__.py").write_text(
+                _OVERLAY.format(source=os.path.relpath(SOURCE / sub.replace(".", "/"), here)))
         shutil.rmtree(staging / "build", ignore_errors=True)
         shutil.rmtree(staging / ".mypy_cache", ignore_errors=True)
         (staging / "setup.py").unlink()
@@ -188,6 +210,7 @@ def run_hash(scenario: str, policy: str = "budget", duration: str | None = None)
     import msgspec
 
     import timeshare.scheduler
+    import timeshare.sim.metrics
     from timeshare.sim.engine import run
     from timeshare.sim.scenario import load_scenario
 
@@ -199,8 +222,14 @@ def run_hash(scenario: str, policy: str = "budget", duration: str | None = None)
     for e in events:
         h.update(enc.encode(e))
         h.update(b"\n")
-    return {"policy": policy, "events": len(events), "sha256": h.hexdigest(), "wall_s": result.metrics["sim"]["wall_s"],
-            "scheduler": timeshare.scheduler.__file__}
+    # the metrics too (they are compiled as well), less what measures the machine
+    metrics = json.loads(json.dumps(result.metrics))
+    for key in ("wall_s", "simulated_s_per_wall_s", "events_per_wall_s"):
+        metrics["sim"].pop(key, None)
+    metrics_sha = hashlib.sha256(json.dumps(metrics, sort_keys=True).encode()).hexdigest()
+    return {"policy": policy, "events": len(events), "sha256": h.hexdigest(), "metrics_sha256": metrics_sha,
+            "wall_s": result.metrics["sim"]["wall_s"], "scheduler": timeshare.scheduler.__file__,
+            "metrics_module": timeshare.sim.metrics.__file__}
 
 
 def run_hash_in(path: Path | None, scenario: str, policy: str = "budget", duration: str | None = None) -> dict:

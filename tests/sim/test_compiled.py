@@ -1,5 +1,5 @@
 """The compiled core (benchmarks/compiled.py, mypyc) behaves exactly as pure Python: the same
-scenarios give byte-identical event streams. Tests elsewhere run pure Python; this one builds
+scenarios give byte-identical event streams and the same metrics. Tests elsewhere run pure Python; this one builds
 the compiled copy (or reuses the cached build of the same sources) and compares."""
 
 from __future__ import annotations
@@ -45,3 +45,6 @@ def test_compiled_core_gives_the_same_events_as_pure_python(build, scenario, pol
     assert fast["scheduler"].startswith(str(build)) and not fast["scheduler"].endswith(".py")
     assert pure["events"] > 100
     assert (fast["events"], fast["sha256"]) == (pure["events"], pure["sha256"])
+    # the simulator's metrics are compiled too: the same metrics.json, to the type of each number
+    assert pure["metrics_module"].endswith("metrics.py") and not fast["metrics_module"].endswith(".py")
+    assert fast["metrics_sha256"] == pure["metrics_sha256"]

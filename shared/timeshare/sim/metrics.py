@@ -21,11 +21,14 @@ from typing import Any, Callable
 
 from .. import events as ev
 from ..tree import AllocationTree
+from ..units import Seconds
+from ..workload import WorkloadSpec
 
 HOUR_S = 3600
 
 
-def percentiles(values: list[float]) -> dict[str, float]:
+def percentiles(values: list[float]) -> dict[str, Seconds]:
+    # (Seconds, not float: "count" is an int, and a compiled build would make a float of it)
     if not values:
         return {"count": 0, "mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
     xs = sorted(values)
@@ -45,11 +48,12 @@ class _Rates:
     __slots__ = ("rate", "since", "bins")
 
     def __init__(self) -> None:
-        self.rate: dict = defaultdict(int)
-        self.since: dict = {}
-        self.bins: dict = defaultdict(lambda: defaultdict(float))
+        # keys: (leaf, GPU type), or a GPU type
+        self.rate: dict[object, int] = defaultdict(int)
+        self.since: dict[object, float] = {}
+        self.bins: dict[object, dict[int, float]] = defaultdict(lambda: defaultdict(float))
 
-    def change(self, key, t: float, delta: int) -> None:
+    def change(self, key: object, t: float, delta: int) -> None:
         rate = self.rate
         r = rate[key]
         if r:
@@ -66,7 +70,7 @@ class _Rates:
         rate[key] = r + delta
         self.since[key] = t
 
-    def _integrate(self, key, t0: float, t1: float, r: int) -> None:
+    def _integrate(self, key: object, t0: float, t1: float, r: int) -> None:
         bins = self.bins[key]
         h = int(t0 // HOUR_S)
         while t0 < t1:
@@ -87,7 +91,7 @@ class MetricsCollector:
         self.tree = tree
         self.pool_gpus = pool_gpus
         self.max_min_runtime_s = max_min_runtime_s
-        self.specs: dict[str, object] = {}
+        self.specs: dict[str, WorkloadSpec] = {}
         self.resubmit_of: dict[str, str | None] = {}
         self.submit_s: dict[str, float] = {}
         self.requeued_at: dict[str, float] = {}
@@ -149,7 +153,7 @@ class MetricsCollector:
         if self._funded(spec):
             self.demand_funded.change((spec.project, spec.gpu_type), t, -spec.gpus)
 
-    def _funded(self, spec) -> bool:
+    def _funded(self, spec: WorkloadSpec) -> bool:
         return spec.min_runtime_s > 0 and self._budgeted[spec.project]
 
     def observe(self, e: ev.Event) -> None:
@@ -252,7 +256,7 @@ class MetricsCollector:
             self.out_of_service.add(node)
             self.in_service.change(self.node_pool[node], t, -self.node_gpus[node])
 
-    def finish(self, end_s: float, wall_s: float, simulated_s: float) -> dict:
+    def finish(self, end_s: float, wall_s: float, simulated_s: Seconds) -> dict:
         for wid in list(self.running):
             self._stop_running(wid, end_s)
         for rates in (self.delivered, self.demand, self.delivered_funded, self.demand_funded):
