@@ -39,10 +39,10 @@ SOURCE = ROOT / "shared" / "timeshare"
 BUILDS = ROOT / ".build" / "mypyc"
 
 #: the modules compiled, by dotted name under ``timeshare``: the scheduling core that a
-#: simulation spends its time in, and the simulator's metrics (every event passes through
-#: them); the simulator's loop, its scenario reading and the msgspec events stay Python
+#: simulation spends its time in, and the simulator's loop and metrics (every moment and every
+#: event pass through them); scenario reading and the msgspec events stay Python
 MODULES = ["units", "tree", "window", "queue", "fairshare", "cluster", "state", "placement", "reservation",
-           "scheduler", "baseline", "fifo", "sim.metrics"]
+           "scheduler", "baseline", "fifo", "sim.metrics", "sim.engine"]
 #: names the C extension group (``timeshare_core__mypyc...so`` next to the package)
 GROUP = "timeshare_core"
 OPT_LEVEL = "3"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 import msgspec
 
@@ -20,11 +20,20 @@ from .. import events as ev
 from ..baseline import BaselinePolicy
 from ..fifo import FifoPolicy
 from ..scheduler import BudgetPolicy
-from ..state import RUNNING, SchedulerState
+from ..state import RUNNING, SchedulerState, Workload
+from ..units import Seconds
 from .metrics import MetricsCollector
-from .scenario import Scenario
+from .scenario import NodeEvent, Scenario
 
-POLICIES = {"budget": BudgetPolicy, "baseline": BaselinePolicy, "fifo": FifoPolicy}
+class Policy(Protocol):
+    """What the loop needs of a policy: a scheduling pass, and how long a drain may wait."""
+
+    def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]: ...
+
+    def drain_blocked_until_s(self, w: Workload, now_s: Seconds) -> Seconds: ...
+
+
+POLICIES: dict[str, Callable[[], Policy]] = {"budget": BudgetPolicy, "baseline": BaselinePolicy, "fifo": FifoPolicy}
 
 _COMPLETE, _WAKE, _NODE, _REPAIR, _RESUBMIT = range(5)
 
@@ -34,11 +43,12 @@ class RunResult:
     policy: str
     metrics: dict
     state: SchedulerState
-    end_s: int
+    end_s: Seconds
 
 
 def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], None] | None = None,
-        progress: Callable[[int], None] | None = None, wall_clock=time.perf_counter) -> RunResult:
+        progress: Callable[[int], None] | None = None,
+        wall_clock: Callable[[], float] = time.perf_counter) -> RunResult:
     """Simulate ``scenario`` under one policy; ``on_event`` sees every event in order.
 
     ``wall_clock`` only measures how long the run took (for the report); it never steers it."""
@@ -51,7 +61,8 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
     heap: list[tuple] = []
     seq = 0
 
-    def push(t: float, kind: int, payload) -> None:
+    # times are Seconds, never float: an int time stays an int (see units.py)
+    def push(t: Seconds, kind: int, payload: Any) -> None:
         nonlocal seq
         seq += 1
         heapq.heappush(heap, (t, kind, seq, payload))
@@ -64,12 +75,12 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
         if on_event is not None:
             on_event(e)
 
-    def apply_all(events: list[ev.Event], now_s: float) -> None:
+    def apply_all(events: list[ev.Event], now_s: Seconds) -> None:
         for e in events:
             state.apply(e)
             emit(e)
 
-    def follow(events: list[ev.Event], now_s: float) -> None:
+    def follow(events: list[ev.Event], now_s: Seconds) -> None:
         """Schedule what the pass's (already applied) events imply."""
         for e in events:
             emit(e)
@@ -88,16 +99,17 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
     i_trace = 0
     n_trace = len(trace)
     resubmits: dict[str, int] = {}
-    now_s = 0
+    now_s: Seconds = 0
     end_s = scenario.duration_s
-    last_progress = 0
+    last_progress: Seconds = 0
     while True:
         next_submit = trace[i_trace].submit_s if i_trace < n_trace else None
-        next_heap = heap[0][0] if heap else None
+        next_heap: Seconds | None = heap[0][0] if heap else None
         if next_submit is None and (next_heap is None or (not state.running and not state.pending_count
                                                           and all(k in (_NODE, _REPAIR) for _, k, _, _ in heap))):
             break
         if next_submit is None:
+            assert next_heap is not None  # (the loop ended above otherwise)
             now_s = next_heap
         elif next_heap is None or next_submit <= next_heap:  # a tie: the submission (its time is an int)
             now_s = next_submit
@@ -148,7 +160,9 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
     return RunResult(policy_name, metrics, state, now_s)
 
 
-def _node_event(state, policy, ne, now_s, apply_all, follow, repair_s, push) -> None:
+def _node_event(state: SchedulerState, policy: Policy, ne: NodeEvent, now_s: Seconds,
+                apply_all: Callable[[list[ev.Event], Seconds], None], follow: Callable[[list[ev.Event], Seconds], None],
+                repair_s: dict[str, int], push: Callable[[Seconds, int, Any], None]) -> None:
     node = state.cluster.node(ne.node)
     if node.state != "healthy":
         return  # already out of service; the first fault's repair brings it back

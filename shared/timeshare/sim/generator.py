@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any, Callable
 
 from ..cluster import Cluster
 from ..config import PolicyConfig
@@ -36,7 +37,7 @@ _CLASS_KEYS = {"kind", "load_share", "gpus", "work", "min_runtime", "resumable",
                "priority", "diurnal", "gpu_type", "teams"}
 
 
-def _weights(value, field: str, parse=None) -> tuple[list, list[float]]:
+def _weights(value: Any, field: str, parse: Callable[[Any], Any] | None = None) -> tuple[list, list[float]]:
     if isinstance(value, dict):
         items = sorted(value.items())
         keys = [parse(k) if parse else k for k, _ in items]

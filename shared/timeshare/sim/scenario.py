@@ -10,6 +10,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -75,7 +76,7 @@ class _Reader:
     def error(self, field: str, message: str, key: str | None = None) -> InputError:
         return InputError(self.path, self.line_of(key or field.rsplit(".", 1)[-1].split("[")[0]), field, message)
 
-    def duration(self, table: dict, key: str, where: str, default=None) -> int:
+    def duration(self, table: dict, key: str, where: str, default: Any = None) -> int:
         if key not in table:
             if default is None:
                 raise self.error(f"{where}{key}", "is required", key)
@@ -100,7 +101,7 @@ def load_scenario(path: str | Path, overrides: dict[str, str] | None = None) -> 
     return scenario_from_dict(data, reader, path.parent)
 
 
-def _set_dotted(data: dict, dotted: str, value) -> None:
+def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     if len(parts) == 1 and parts[0] not in ("name", "duration", "seed"):
         parts = ["policy", parts[0]]  # sweep shorthand: lookback_window=3d
@@ -127,7 +128,7 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
         raise reader.error("seed", f"must be an integer, got {seed!r}")
 
     policy_table = dict(data.get("policy", {}))
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for key, value in policy_table.items():
         if key in _POLICY_DURATIONS:
             kwargs[_POLICY_DURATIONS[key]] = reader.duration(policy_table, key, "policy.")
@@ -207,6 +208,7 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
         validate_trace(workloads, tree, cluster, policy.max_min_runtime_s, str(trace_path), linenos)
         source = str(trace_path)
     else:
+        assert generator is not None  # exactly one of the two, checked above
         from .generator import GeneratorError, generate
 
         try:

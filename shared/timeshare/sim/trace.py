@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 import msgspec
 
@@ -14,7 +15,7 @@ from .errors import InputError
 _decoder = msgspec.json.Decoder(WorkloadSpec)
 
 
-def parse_trace_lines(lines, file: str) -> tuple[list[WorkloadSpec], list[int]]:
+def parse_trace_lines(lines: Iterable[str | bytes], file: str) -> tuple[list[WorkloadSpec], list[int]]:
     """Decode every line; raise InputError naming the file, line and field of the first error.
 
     Returns the specs and the line number of each."""
