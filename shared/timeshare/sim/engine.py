@@ -25,6 +25,7 @@ from ..units import Seconds
 from .metrics import MetricsCollector
 from .scenario import NodeEvent, Scenario
 
+
 class Policy(Protocol):
     """What the loop needs of a policy: a scheduling pass, and how long a drain may wait."""
 
