@@ -103,6 +103,7 @@ class FairShareView:
         self._running = running
         self._free_running = free_running
         self._usage = usage
+        self._entitled = [node.fraction * entitled_gpu_s for node in tree.node_list]
         self._index = tree.index
         self._node_paths = tree.node_paths
         self._children = tree.children_index
@@ -191,6 +192,14 @@ class FairShareView:
 
     def ratio_at(self, i: int) -> float:
         return self._ratio[i]
+
+    def ratio_with_at(self, i: int, extra_gpus: int, horizon_s: Seconds) -> float:
+        """The usage ratio node ``i`` would reach if it ran its allocated GPUs and ``extra_gpus``
+        more for ``horizon_s`` more seconds, against the window's entitlement now."""
+        entitled = self._entitled[i]
+        if entitled <= 0:
+            return INFINITE
+        return (float(self._usage[i]) + float((self._running[i] + extra_gpus) * horizon_s)) / entitled
 
     def due_at(self, i: int) -> float:
         return self._due[i]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .cluster import Node, Pool
+from .rules import node_rank
 from .state import SchedulerState, Workload
 from .units import Seconds
 
@@ -36,14 +37,23 @@ def find_victims(
     cost: Callable[[Workload], tuple],
     only: list[Node] | None = None,
     exclude: frozenset[int] = frozenset(),
+    caps: Callable[[Workload], tuple[str, int] | None] | None = None,
+    by_fit: bool = False,
+    capped: list[bool] | None = None,
 ) -> tuple[list[Node], list[Workload]] | None:
     """Nodes for the request and the workloads to preempt first, or None when nothing works.
 
     ``only`` (by index) restricts a single-node search to these nodes (the caller knows the others
-    cannot serve the request); nodes in ``exclude`` are never used (a gang's reservation)."""
+    cannot serve the request); nodes in ``exclude`` are never used (a gang's reservation).
+    ``caps`` names, per victim, a group and the most GPUs that group may lose in all (None: no
+    limit; ``capped``, when given, gets True appended when a cap turned a node down: such a
+    failure depends on the order of costs, which change with time, so it must not be
+    remembered as final); ``by_fit`` ranks candidate nodes by rules.node_rank (victims that free just enough
+    first) instead of by their most expensive victim. A cost's second item is then the progress
+    lost."""
     gpn = pool.gpus_per_node
     if gpus > gpn:
-        return _find_gang(state, pool, gpus, may_preempt, cost, exclude)
+        return _find_gang(state, pool, gpus, may_preempt, cost, exclude, caps, capped)
     workloads = state.workloads
     allowed: dict[str, bool] = {}  # workload id -> may_preempt, before any cost is needed
     costs: dict[str, tuple] = {}  # workload id -> cost, of those allowed
@@ -75,25 +85,45 @@ def find_victims(
                     c = costs[wid] = cost(workloads[wid])
                 candidates.append((c, n))
         candidates.sort()
-        taken = 0
+        taken_ids: list[str] = []
         got = free
-        worst: tuple | None = None
+        worst: tuple = ()
+        lost: float = 0
+        freed = 0  # GPUs the victims free elsewhere
+        used: dict[str, int] | None = {} if caps is not None else None
         for c, n in candidates:
-            taken += 1
+            if caps is not None and used is not None:
+                group = caps(workloads[c[-1]])
+                if group is not None:
+                    name, most = group
+                    if used.get(name, 0) + n > most:
+                        if capped is not None:
+                            capped.append(True)
+                        continue  # its group may not lose that many GPUs
+                    used[name] = used.get(name, 0) + n
+            taken_ids.append(c[-1])
             got += n
             worst = c
+            if by_fit:
+                lost += c[1]
+                freed += workloads[c[-1]].gpus - n  # a gang's GPUs on other nodes go too
             if got >= gpus:
                 break
-        rank = (worst, taken, node.index)
+        if got < gpus:
+            continue
+        rank = node_rank(worst, got + freed - gpus, lost, len(taken_ids), node.index) if by_fit \
+            else (worst, len(taken_ids), node.index)
         if best is None or rank < best[0]:
-            best = (rank, node, [c[-1] for c, _ in candidates[:taken]])
+            best = (rank, node, taken_ids)
     if best is None:
         return None
     return [best[1]], [workloads[w] for w in best[2]]
 
 
 def _find_gang(state: SchedulerState, pool: Pool, gpus: int, may_preempt: Callable[[Workload], bool],
-               cost: Callable[[Workload], tuple], exclude: frozenset[int]) -> tuple[list[Node], list[Workload]] | None:
+               cost: Callable[[Workload], tuple], exclude: frozenset[int],
+               caps: Callable[[Workload], tuple[str, int] | None] | None = None,
+               capped: list[bool] | None = None) -> tuple[list[Node], list[Workload]] | None:
     """:func:`find_victims` for a whole-node gang (apart: most searches are for one node, and
     they need none of this, not even the closure below)."""
     workloads = state.workloads
@@ -146,6 +176,17 @@ def _find_gang(state: SchedulerState, pool: Pool, gpus: int, may_preempt: Callab
         chosen = [i for _, i in by_rack[rack][:need]]
     nodes = [pool.nodes[i] for i in sorted(chosen)]
     victims = sorted({wid for n in nodes for wid in n.holders})
+    if caps is not None:
+        used: dict[str, int] = {}
+        for wid in victims:
+            group = caps(workloads[wid])
+            if group is not None:
+                name, most = group
+                used[name] = used.get(name, 0) + workloads[wid].gpus
+                if used[name] > most:
+                    if capped is not None:
+                        capped.append(True)
+                    return None  # the cheapest nodes would take more than a group may lose
     return nodes, [workloads[w] for w in victims]
 
 

@@ -53,9 +53,11 @@ def walk(queues: list[LeafQueue], limit: Union[Limit, list[Limit]]) -> Iterator[
 
     ``limit`` (one callable, or one per queue) is re-read after every item, so a caller
     that learns a size cannot be placed
-    lowers it and larger groups drop out. Entries may be removed or added during the walk:
-    each group resumes after the last key it yielded, so nothing is yielded twice (an entry
-    added behind that point waits for the next pass).
+    lowers it and larger groups drop out. The walk only moves forward in key order: an entry
+    a limit kept out as the walk went past it is not yielded later, even if the limit rises
+    (as if it had been tried and failed). Entries may be removed or added during the walk;
+    nothing is yielded twice (an entry added behind the walk's position waits for the next
+    pass).
     """
     groups = [(g, keys, qi) for qi, q in enumerate(queues) for g, keys in q.by_size.items()]
     n = len(groups)
@@ -66,6 +68,10 @@ def walk(queues: list[LeafQueue], limit: Union[Limit, list[Limit]]) -> Iterator[
     limits = limit if isinstance(limit, (list, tuple)) else None
     one = None if isinstance(limit, (list, tuple)) else limit
     bounds: list[float] = [0.0] * (len(limits) if limits is not None else 0)
+    #: the last key yielded by any group: the walk never goes back before it, so a request the
+    #: limit kept out when its turn came (it could not start then) is not tried later in the
+    #: same walk either, exactly as if it had been tried and had failed
+    cursor: Key | None = None
     while True:
         if limits is not None:
             for qi in range(len(limits)):
@@ -78,7 +84,9 @@ def walk(queues: list[LeafQueue], limit: Union[Limit, list[Limit]]) -> Iterator[
             if g >= (bounds[qi] if limits is not None else bound) or not keys:
                 continue
             after = last[i]
-            if after is None:
+            if after is not cursor and cursor is not None and (after is None or after < cursor):
+                c = bisect_right(keys, cursor)  # it was kept out while the walk went past
+            elif after is None:
                 c = 0
             else:
                 c = resume[i]
@@ -92,4 +100,5 @@ def walk(queues: list[LeafQueue], limit: Union[Limit, list[Limit]]) -> Iterator[
             return
         last[best_i] = best
         resume[best_i] = best_c + 1
+        cursor = best
         yield best, groups[best_i][0]

@@ -34,7 +34,8 @@ class Reservation(NamedTuple):
 
 def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: Seconds,
                      victims_for: Callable[[str, int], dict],
-                     queues: dict[tuple[str, str, str], LeafQueue] | None = None) -> Reservation | None:
+                     queues: dict[tuple[str, str, str], LeafQueue] | None = None,
+                     cached: bool = True) -> Reservation | None:
     gpn = pool.gpus_per_node
     heads = _pending_gangs(state, pool, state.queues if queues is None else queues)
     if not heads:
@@ -49,7 +50,7 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
         if len(pool.buckets[gpn]) >= need:
             return None  # it fits now and starts in this pass
         allowed = tuple(victims_for(leaf, gpus))
-        times = _takeable_times(state, pool, leaf, allowed, now_s)
+        times = _takeable_times(state, pool, leaf, allowed, now_s, cached)
         ready = sorted((t, -pool.nodes[i].free, i) for i, t in times.items() if t < math.inf)
         if len(ready) < need:
             continue
@@ -81,10 +82,11 @@ def _pending_gangs(state: SchedulerState, pool: Pool,
     return heads
 
 
-def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: Seconds) -> dict[int, Seconds]:
+def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: Seconds,
+                    use_cache: bool = True) -> dict[int, Seconds]:
     """Per healthy node: when ``leaf`` could empty it (inf: work it may not preempt)."""
     key = (pool.gpu_type, "reserve", leaf)
-    cached = state.victim_memo.get(key)
+    cached = state.victim_memo.get(key) if use_cache else None
     allowed_set = set(allowed)
     workloads = state.workloads
     if cached is not None and cached[1] == allowed:

@@ -31,6 +31,7 @@ from .fairshare import FairShareView
 from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .reservation import Reservation, plan_reservation
+from .rules import NONE, credit_allows, credit_victim_cap_gpus, room_by_depth, victim_cap_gpus, victim_cost
 from .state import PENDING, SchedulerState, Workload
 from .tree import AllocationTree
 from .units import Seconds
@@ -48,14 +49,25 @@ def drain_blocked_until_s(w: Workload, now_s: Seconds) -> Seconds:
 
 
 class BudgetPolicy:
+    """The budget policy. ``reference=True`` runs the same rules with every cache off: no quick
+    pass, no memo of failed searches, no walk limits, no reservation times kept between passes.
+    It decides exactly as the cached policy does (a property test compares their event streams)
+    and exists to prove that: every cache only skips work the rules would refuse anyway."""
+
     name = "budget"
+
+    def __init__(self, reference: bool = False):
+        self.reference = reference
 
     def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
         out = state.expire_protection(now_s)
         out += state.drain_events(now_s, may_end_now)
+        cached = not self.reference
+        if not cached:
+            state.victim_memo.clear()
         for gpu_type, pool in state.cluster.pools.items():
             if state.pending_by_pool[gpu_type]:
-                out += _schedule_pool(state, pool, now_s)
+                out += _schedule_pool(state, pool, now_s, cached)
         state.tree_changed = False
         return out
 
@@ -81,7 +93,7 @@ class _LeafTurn:
     """A leaf's progress through its queue during one pass."""
 
     __slots__ = ("leaf", "walker", "preempt_fail", "kept_out_fail", "kept_out_seq", "limits_seq", "room", "fit",
-                 "reach_cap")
+                 "reach_cap", "free_room", "walk_room")
 
     def __init__(self, leaf: str):
         self.leaf = leaf
@@ -96,12 +108,14 @@ class _LeafTurn:
         #: GPUs, the queue, who may be preempted: each moves the pool's change stamp), kept
         #: for that stamp: a long run of requests that fail alike asks for the limit each time
         self.limits_seq = -1
-        self.room: int | float = 0
+        self.room: int | float = 0  # the largest request within the leaf's due share (rules.room_by_depth)
+        self.free_room: int | float = 0  # ... within the due share of every level: what free GPUs may serve
+        self.walk_room: int | float = 0  # the largest request phase 3 may look at (window credit: any)
         self.fit = 0
         self.reach_cap = -1  # -1: not worked out for this stamp
 
 
-def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
+def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool = True) -> list[ev.Event]:
     out: list[ev.Event] = []
     leaf: str | None  # the leaf a phase's loop serves (None: pick the next)
     gpu_type = pool.gpu_type
@@ -112,29 +126,9 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     workloads = state.workloads
     queues = state.queues
     fresh = state.fresh_pending[gpu_type]
-    # whether any request of this pass asks for allocated time: only those consult the
-    # reservation (phase 3, and excluded_for in phase 4)
-    any_allocated = True
-    if pool.change_seq == state.pass_seq.get(gpu_type) and not state.tree_changed:
-        # quick pass: no node changed since the last pass, so everything that waited then
-        # still cannot start; only work that arrived since can (Slurm's quick scheduling of
-        # new jobs between full passes). The next change brings a full pass.
-        queues = {}
-        any_allocated = False
-        for wid in fresh:
-            w = workloads[wid]
-            if w.state == PENDING:
-                if w.queue_class == "a":
-                    any_allocated = True
-                q = queues.get((gpu_type, w.leaf, w.queue_class))
-                if q is None:
-                    q = queues[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
-                q.add(w.gpus, w.key)
-        if not queues:
-            # nothing changed and nothing new: this pass would look at no request at all (its
-            # only other work, planning a reservation, just refreshes caches)
-            fresh.clear()
-            return out
+    # (a "quick pass" that looked only at work submitted since the last node change used to
+    # live here: fills move with time, so older requests it skipped could have started; it
+    # changed decisions, so it went)
     fresh.clear()
     view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s, config.catch_up)
 
@@ -148,8 +142,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     # either from nested functions or from this one, not both: otherwise mypyc keeps every
     # closure in the environment they share, a reference cycle per pass that only the garbage
     # collector frees)
-    def victims_for(leaf: str, gpus: int) -> dict[str, tuple[str, str]]:
-        return _victims_for(view, tree, hysteresis, leaf, gpus)
+    def victims_for(leaf: str, gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int]]:
+        return _victims_for(view, tree, hysteresis, fair, leaf, gpus, min_runtime_s)
 
     fair = config.unallocated_preemption == "fair"
     any_unallocated = config.unallocated_preemption == "any"
@@ -163,9 +157,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
     turns: dict[str, _LeafTurn] = {}
     fit_limit = pool.fit_limit()
     open_limit = pool.open_limit()
-    # over all pending work; a quick pass of unallocated requests only never reads it (and,
-    # as with a pass skipped above, planning would only refresh caches)
-    reservation = plan_reservation(state, pool, view, now_s, victims_for) if any_allocated else None
+    # over all pending work: the most deserving gang's nodes (reservation.py)
+    reservation = plan_reservation(state, pool, view, now_s, victims_for, cached=cached)
 
     def excluded_for(w: Workload) -> frozenset[int]:
         """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
@@ -181,10 +174,10 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         min_gpus = q.min_gpus()
         if min_gpus > fit_limit and min_gpus > open_limit:
             continue  # nothing of this leaf can start, even by preempting
-        if min_gpus > fit_limit and reservation is None:
+        if cached and min_gpus > fit_limit and reservation is None and not _credit_possible(view, tree, leaf):
             memo = state.victim_memo.get((gpu_type, leaf, "in"))
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
-                    and memo.key == (tuple(victims_for(leaf, min_gpus)), None, None):
+                    and memo.key == (tuple(victims_for(leaf, min_gpus).items()), None, None):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         for i in path_index[leaf]:
@@ -208,7 +201,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             q = queues[(gpu_type, leaf, "a")]
 
             def limit(turn: _LeafTurn = turn, leaf: str = leaf, q: LeafQueue = q) -> float:
-                return _phase3_limit(state, pool, view, tree, fair, hysteresis, unprotected, turn, leaf, q)
+                return _phase3_limit(state, pool, view, tree, fair, hysteresis, unprotected, turn, leaf, q, cached)
 
             turn.walker = walk([q], limit)
         item = next(turn.walker, None)
@@ -219,24 +212,32 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
         key, gpus = item
         w = workloads[key[2]]
         if w.state != PENDING:
-            continue  # a quick pass's copy of a workload that already started
+            continue
+        if gpus > turn.room and not credit_allows(view, tree, leaf, len(path_index[leaf]) - 1, gpus, w.min_runtime_s):
+            continue  # beyond its due share and its window credit: phase 4's
         exclude = excluded_for(w)
-        if exclude and gpus >= turn.kept_out_fail and turn.kept_out_seq == pool.change_seq:
+        if cached and exclude and gpus >= turn.kept_out_fail and turn.kept_out_seq == pool.change_seq:
             # nothing started or stopped since a request of this leaf at most as large, kept
             # off the same nodes, found neither free GPUs nor victims (a larger request fits
             # nowhere a smaller one did not, and may preempt no more): this one fails as well
-            turn.preempt_fail = gpus
             continue
         nodes = pool.find_free(gpus, exclude)
         if nodes is not None:
-            start(w, nodes)
-            leaf = None
+            if gpus <= turn.free_room:
+                start(w, nodes)
+                leaf = None
+            # else beyond the due share of a level above the leaf: free GPUs go to it in phase 4
             continue
-        plan = _preemption_plan(state, pool, view, w, victims_for(leaf, gpus), now_s, exclude,
-                                reservation if exclude else None)
+        capped: list[bool] = []
+        plan = _preemption_plan(state, pool, view, w, victims_for(leaf, gpus, w.min_runtime_s), now_s, exclude,
+                                reservation if exclude else None, cached=cached, capped=capped)
         if plan is None:
-            turn.preempt_fail = gpus
-            if exclude:
+            # a larger request of this leaf fails too, unless this one failed only for being
+            # kept off the reserved nodes (the gang is not), for a cap (which depends on the
+            # order of costs) or for lack of window credit (a shorter one may have more)
+            if not exclude and not capped and turn.walk_room == turn.room:
+                turn.preempt_fail = gpus
+            if exclude and not capped:
                 turn.kept_out_fail, turn.kept_out_seq = gpus, pool.change_seq
             continue
         nodes, victims, victims_of = plan
@@ -274,6 +275,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
 
             def limit4(cell: _Failed = cell) -> int:
                 # max(fit, min(size - 1, open, free + unallocated)) + 1, in native ints
+                if not cached:
+                    return _NO_FAILURE
                 cap = cell.size - 1
                 open_gpus = pool.open_limit()
                 if open_gpus < cap:
@@ -315,7 +318,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
             leaf = None
             continue
         failed_key = (leaf, w.queue_class)
-        if not state.unallocated_gpus[gpu_type]:
+        if cached and not state.unallocated_gpus[gpu_type]:
             failed[failed_key].size = gpus
             continue
         # unallocated work it may preempt: any (allocated request), or that of subtrees that
@@ -345,8 +348,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
                             reachable += view.unallocated_running_at(other_i)
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
                                  unallocated_from=richer, unallocated_mask=mask,
-                                 memo_space="beyond" if allocated else "free")
-                if reachable >= gpus else None)
+                                 memo_space="beyond" if allocated else "free", cached=cached)
+                if reachable >= gpus or not cached else None)
         if plan is not None and not take_any and not _stays_richer(plan[1], richer, w, total, config):
             plan = None
         if plan is None:
@@ -373,60 +376,65 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev
 
 def _phase3_limit(state: SchedulerState, pool: Pool, view: FairShareView, tree: AllocationTree, fair: bool,
                   hysteresis: float, unprotected: dict[str, int], turn: _LeafTurn, leaf: str,
-                  q: LeafQueue) -> int | float:
+                  q: LeafQueue, cached: bool = True) -> int | float:
     """One more than the largest request of ``leaf`` that phase 3 could start now: within its
-    due share, and no larger than free GPUs plus what it may preempt (or than its last failure)."""
-    if turn.limits_seq != pool.change_seq:
+    due share (the rule), and no larger than free GPUs plus what it may preempt (or than its
+    last failure: caches, off in the reference mode)."""
+    if turn.limits_seq != pool.change_seq or not cached:
         turn.limits_seq = pool.change_seq
-        turn.room = _share_room(view, tree, fair, leaf)
+        rooms = room_by_depth(view, tree, leaf, fair)
+        turn.room = rooms[-1]
+        turn.free_room = rooms[0]
+        turn.walk_room = math.inf if _credit_possible(view, tree, leaf) else turn.room
+        if not cached:
+            return turn.walk_room + 1
         turn.fit = pool.fit_limit()
         turn.reach_cap = -1
-    room = turn.room
+    room = turn.walk_room
     fit = turn.fit
     if turn.preempt_fail <= 1 or room < 1:
         return min(fit, room) + 1
     if turn.reach_cap < 0:
         reachable = state.unallocated_gpus[pool.gpu_type]
-        for v in _victims_for(view, tree, hysteresis, leaf, q.min_gpus() if q.count else 1):
+        for v in _victims_for(view, tree, hysteresis, fair, leaf, q.min_gpus() if q.count else 1, 0):
             reachable += unprotected.get(v, 0)
         turn.reach_cap = min(pool.open_limit(), pool.free_gpus + reachable)
     cap = min(turn.preempt_fail - 1, turn.reach_cap)
     return min(max(fit, cap), room) + 1
 
 
-def _victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, leaf: str,
-                 gpus: int) -> dict[str, tuple[str, str]]:
-    """Leaves whose work past its minimum runtime ``leaf`` may preempt for ``gpus`` GPUs.
+def _credit_possible(view: FairShareView, tree: AllocationTree, leaf: str) -> bool:
+    """Whether any request of ``leaf`` could be owed by window credit (its leaf's own level is
+    checked by every split, and the smallest horizon counts least)."""
+    return credit_allows(view, tree, leaf, len(tree.path_index[leaf]) - 1, 0, 0)
 
-    Where their paths part (subtrees a and b), b must run above its due share by more
-    than the hysteresis, and either a stays below b even counting the request (so the
-    victim could never take the GPUs straight back), or a runs below its due share and
-    the request fits within that share (so a gang as large as a team's share is not
-    starved by the team's own small work)."""
-    out_: dict[str, tuple[str, str]] = {}
+
+def _victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, fair: bool, leaf: str,
+                 gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int]]:
+    """Leaves whose allocated work past its minimum runtime a request of ``gpus`` GPUs of
+    ``leaf`` may preempt, each with the two subtrees (a, b) where their paths part and the most
+    GPUs b may lose: by fair share (rules.victim_cap_gpus) when the request is within ``leaf``'s
+    due share from a down (rules.room_by_depth), else by window credit (rules.credit_allows,
+    for a request with a minimum runtime; -1: none). With ``min_runtime_s`` 0, a superset of
+    what any request of at least ``gpus`` GPUs may take (credit counts no horizon)."""
+    out_: dict[str, tuple[str, str, int, int]] = {}
+    rooms = room_by_depth(view, tree, leaf, fair)
+    caps: dict[int, tuple[int, int]] = {}
     for other, a, b, ai, bi in tree.split_index[leaf]:
-        fb = view.fill_at(bi)
-        if fb > 1.0 + hysteresis and (view.fill_at(ai, gpus) + hysteresis < fb
-                                      or (view.fill_at(ai) < 1.0 and gpus <= view.due_at(ai)
-                                          and view.fill_at(ai) + hysteresis < fb)):
-            out_[other] = (a, b)
+        found = caps.get(bi)
+        if found is None:
+            depth = a.count("/")
+            within = gpus <= rooms[depth]
+            found = victim_cap_gpus(view, ai, bi, gpus, hysteresis) if within else (NONE, NONE)
+            if min_runtime_s >= 0 and (min_runtime_s == 0 or not within) \
+                    and credit_allows(view, tree, leaf, depth, gpus, min_runtime_s):
+                credit, _ = credit_victim_cap_gpus(view, ai, bi, gpus, min_runtime_s, hysteresis)
+                if credit > found[0]:
+                    found = (credit, found[1])
+            caps[bi] = found
+        if found[0] > 0 or found[1] > 0:
+            out_[other] = (a, b, found[0], found[1])
     return out_
-
-
-def _share_room(view: FairShareView, tree: AllocationTree, fair: bool, leaf: str) -> float:
-    """Largest request of ``leaf`` that is within its due share at every level: a subtree
-    running below its due share may start one more request up to that share ("fair":
-    one that leaves it no farther from its due share than it is without it, running +
-    request / 2 <= due, since work started beyond a share is not taken back by teams
-    that run on unallocated time)."""
-    room = math.inf
-    for i in tree.path_index[leaf]:
-        due = view.due_at(i)
-        gap = due - view.running_at(i)
-        if gap <= 0:
-            return 0
-        room = min(room, 2 * gap if fair else due)
-    return room
 
 
 def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w: Workload,
@@ -465,7 +473,7 @@ class _VictimRules:
     __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
                  "allocated_side")
 
-    def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, tuple[str, str]],
+    def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, tuple[str, str, int, int]],
                  unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds):
         self.state = state
         self.view = view
@@ -481,28 +489,40 @@ class _VictimRules:
         if not v.allocated:
             unallocated_from = self.unallocated_from
             return unallocated_from is None or v.leaf in unallocated_from
-        return v.leaf in self.victims_of and not v.is_protected(self.now_s)
+        eligible = self.victims_of.get(v.leaf)
+        return eligible is not None and (v.gpus <= eligible[2] or 0 < eligible[3] <= v.gpus) \
+            and not v.is_protected(self.now_s)
+
+    def cap(self, v: Workload) -> tuple[str, int] | None:
+        """The subtree an allocated victim belongs to and the most GPUs it may lose in all (None:
+        a victim larger than its subtree's whole due share, which counts against no cap)."""
+        if not v.allocated:
+            return None
+        eligible = self.victims_of[v.leaf]
+        if 0 < eligible[3] <= v.gpus:
+            return None
+        return eligible[1], eligible[2]
 
     def cost(self, v: Workload) -> tuple:
         if not v.allocated:
-            # unallocated first: from the subtree running most for its due share in all (the
-            # requester's own team counts its own fill: taking its own work changes no share)
+            # the subtree running most for its due share in all goes first among equal losses
+            # (the requester's own team counts its own fill: taking its own work changes no share)
             side = self.unallocated_side.get(v.leaf)
             if side is None:
                 split = self.state.tree.divergence(self.leaf, v.leaf)
-                side = self.unallocated_side[v.leaf] = -self.view.total_fill(split[1] if split else self.leaf)
-            return (0, side, lost_gpu_s(v, self.now_s), v.id)
+                side = self.unallocated_side[v.leaf] = self.view.total_fill(split[1] if split else self.leaf)
+            return victim_cost(False, lost_gpu_s(v, self.now_s), side, v.id)
         side = self.allocated_side.get(v.leaf)
         if side is None:
-            side = self.allocated_side[v.leaf] = -self.view.fill(self.victims_of[v.leaf][1])
-        return (1, side, lost_gpu_s(v, self.now_s), v.id)
+            side = self.allocated_side[v.leaf] = self.view.fill(self.victims_of[v.leaf][1])
+        return victim_cost(True, lost_gpu_s(v, self.now_s), side, v.id)
 
 
 def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
-                     victims_of: dict[str, tuple[str, str]], now_s: Seconds, exclude: frozenset[int],
+                     victims_of: dict[str, tuple[str, str, int, int]], now_s: Seconds, exclude: frozenset[int],
                      reservation: Reservation | None, unallocated_from: dict[str, tuple[str, str]] | None = None,
-                     unallocated_mask: int = 0, memo_space: str = "in",
-                     ) -> tuple[list[Node], list[Workload], dict[str, tuple[str, str]]] | None:
+                     unallocated_mask: int = 0, memo_space: str = "in", cached: bool = True,
+                     capped: list[bool] | None = None) -> tuple[list[Node], list[Workload], dict[str, tuple[str, str]]] | None:
     """Victims that make room for ``w``, or None. Remembers failures per leaf: with the same
     victims allowed (and the same reservation kept out), a failed search is redone only on
     nodes that changed since.
@@ -515,10 +535,16 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     gpn = pool.gpus_per_node
     gpus = w.gpus
     leaf = w.leaf
-    eligible_key = (tuple(victims_of), (reservation.workload_id, reservation.nodes) if reservation else None,
+    if capped is None:
+        capped = []  # gets True when a victim's subtree cap turned a node down (see find_victims)
+    eligible_key = (tuple(victims_of.items()), (reservation.workload_id, reservation.nodes) if reservation else None,
                     unallocated_mask if unallocated_from is not None else None)
 
-    if gpus > gpn:
+    if not cached:
+        rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude, caps=rules.cap,
+                            by_fit=True)
+    elif gpus > gpn:
         rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
         # nodes changed; search only when enough of them exist
@@ -534,7 +560,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         state.victim_memo[(gpu_type, leaf, "gang", memo_space)] = (pool.change_seq, eligible_key, takeable)
         if len(takeable) * gpn < gpus:
             return None
-        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude)
+        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True, capped=capped, exclude=exclude)
     else:
         memo_key = (gpu_type, leaf, memo_space)
         memo: _FailedSearches | None = state.victim_memo.get(memo_key)
@@ -554,17 +580,17 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 changed = [n for n in changed if n.free + n.unallocated >= gpus]
             if changed:
                 rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, only=changed, exclude=exclude)
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True, capped=capped, only=changed, exclude=exclude)
             else:
                 plan = None
         else:
             rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
             if victims_of:
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude)
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True, capped=capped, exclude=exclude)
             else:  # as above, over every open node
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude,
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True, capped=capped, exclude=exclude,
                                     only=[n for n in pool.open_nodes(gpus, exclude) if n.free + n.unallocated >= gpus])
-        if plan is None:
+        if plan is None and not capped:
             if not narrowed or gpus == memo.size:
                 memo.seq, memo.key, memo.size = pool.change_seq, eligible_key, gpus
             memo.by_size[gpus] = (pool.change_seq, eligible_key)
@@ -573,14 +599,14 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     return plan[0], plan[1], victims_of
 
 
-def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str]], view: FairShareView,
+def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str, int, int]], view: FairShareView,
             config: PolicyConfig) -> ev.PreemptionReason:
     if not victim.allocated:
         return ev.PreemptionReason(
             kind="unallocated", by_workload_id=by.id, by_project=by.leaf,
             message=f"{victim.id} ran on unallocated time; {by.id} ({by.leaf}) asked for allocated time",
         )
-    mine, theirs = victims_of[victim.leaf]
+    mine, theirs, _, _ = victims_of[victim.leaf]
     level = mine.rsplit("/", 1)[0] if "/" in mine else ""
     index = view.tree.index
     i_mine = index[mine]

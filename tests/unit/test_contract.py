@@ -213,15 +213,18 @@ def test_unallocated_preemption_setting(mode, team, gpus, preempted):
     assert ("more" in h.running()) == preempted
 
 
-@pytest.mark.parametrize("a_gpus, b_gpus, victim", [(8, 4, "a-free"), (4, 8, "b-free")], ids=[
-    "its own team runs more for its share (8 of 8 vs 4 of 8): its own unallocated work goes",
-    "the other team runs more (8 of 8 vs 4 of 8): the other's goes"])
-def test_an_allocated_request_takes_unallocated_work_from_whoever_runs_most_for_its_share(a_gpus, b_gpus, victim):
-    # unallocated work of a on one node and of b on the other; then a asks for 8 funded GPUs
+@pytest.mark.parametrize("a_gpus, a_checkpoint, b_gpus, b_checkpoint, victim", [
+    (8, "1h", 4, "1h", "a-free"), (4, None, 8, "30m", "b-free")], ids=[
+    "its own team's work loses less (10 min x 8 GPUs vs 40 min x 4): its own unallocated work goes",
+    "the other team's loses less (10 min x 8 GPUs since its checkpoint vs 70 min x 4): the other's goes"])
+def test_an_allocated_request_takes_the_unallocated_work_that_loses_least(a_gpus, a_checkpoint, b_gpus, b_checkpoint,
+                                                                           victim):
+    # P3: unallocated work of a on one node and of b on the other; then a asks for 8 funded
+    # GPUs: the victim is the one that loses the least progress (GPU-seconds since its checkpoint)
     h = (ScenarioBuilder().pool(nodes=2, gpus_per_node=8).teams(a=1, b=1).policy(catch_up=0.0).harness())
-    h.submit(spec("a-free", "a", gpus=a_gpus, min_runtime=0, work="20h", resumable=True, checkpoint="1h"))
+    h.submit(spec("a-free", "a", gpus=a_gpus, min_runtime=0, work="20h", resumable=True, checkpoint=a_checkpoint))
     h.schedule(0)
-    h.submit(spec("b-free", "b", gpus=b_gpus, min_runtime=0, work="20h", resumable=True, checkpoint="1h",
+    h.submit(spec("b-free", "b", gpus=b_gpus, min_runtime=0, work="20h", resumable=True, checkpoint=b_checkpoint,
                   submit=30 * MIN))
     h.schedule(30 * MIN)
     assert h.running() == {"a-free", "b-free"}

@@ -125,10 +125,14 @@ def test_victims_unallocated_work_goes_first():
     assert preempted_by(h.schedule(2 * HOUR)) == [("c-free", "unallocated")]
 
 
-def test_victims_then_the_least_deserving_team():
+def test_victims_losing_the_same_then_the_least_deserving_team():
     h = three_teams()
-    place(h, spec("c-old", "c", gpus=8, min_runtime="1h", work="20h"), "H100-000", at=0)
-    place(h, spec("b-new", "b", gpus=8, min_runtime="1h", work="20h"), "H100-001", at=HOUR)
+    # both checkpoint every hour: at 3 h neither loses anything, so the subtree further above
+    # its due share goes (c ran longer on the same GPUs)
+    place(h, spec("c-old", "c", gpus=8, min_runtime="1h", work="20h", resumable=True, checkpoint="1h"),
+          "H100-000", at=0)
+    place(h, spec("b-new", "b", gpus=8, min_runtime="1h", work="20h", resumable=True, checkpoint="1h"),
+          "H100-001", at=HOUR)
     h.schedule(2 * HOUR)
     h.submit(spec("a-req", "a", gpus=8, min_runtime="1h", submit=3 * HOUR))
     out = h.schedule(3 * HOUR)

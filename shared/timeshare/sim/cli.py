@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import events as ev
-from .engine import POLICIES, run
+from .engine import CHECKS, POLICIES, run
 from .errors import InputError
 from .scenario import load_scenario
 from .summary import render_summary
@@ -16,7 +16,8 @@ from .summary import render_summary
 def add_parsers(sub) -> None:
     p = sub.add_parser("simulate", help="replay a scenario under the budget, baseline and fifo policies")
     p.add_argument("scenario", help="scenario TOML file")
-    p.add_argument("--policy", default="all", choices=[*POLICIES, "all"], help="policy to run (default: all)")
+    p.add_argument("--policy", default="all", choices=[*POLICIES, *CHECKS, "all"],
+                   help="policy to run (default: all; budget-reference: the budget policy with every cache off)")
     p.add_argument("--out", help="directory for metrics.json, events.jsonl and the report")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario setting, e.g. --set lookback_window=3d (repeatable)")

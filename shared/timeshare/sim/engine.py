@@ -36,6 +36,15 @@ class Policy(Protocol):
 
 POLICIES: dict[str, Callable[[], Policy]] = {"budget": BudgetPolicy, "baseline": BaselinePolicy, "fifo": FifoPolicy}
 
+
+def _budget_reference() -> Policy:
+    return BudgetPolicy(reference=True)
+
+
+#: policies a run may name that "all" leaves out: the budget policy with every cache off,
+#: which decides exactly as "budget" does, only slower (the proof that its caches are safe)
+CHECKS: dict[str, Callable[[], Policy]] = {"budget-reference": _budget_reference}
+
 _COMPLETE, _WAKE, _NODE, _REPAIR, _RESUBMIT = range(5)
 
 
@@ -53,7 +62,7 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
     """Simulate ``scenario`` under one policy; ``on_event`` sees every event in order.
 
     ``wall_clock`` only measures how long the run took (for the report); it never steers it."""
-    policy = POLICIES[policy_name]()
+    policy = POLICIES[policy_name]() if policy_name in POLICIES else CHECKS[policy_name]()
     state = SchedulerState(scenario.tree(), scenario.cluster(), scenario.policy, name=scenario.name)
     collector = MetricsCollector(state.tree, {t: p.total_gpus for t, p in state.cluster.pools.items()},
                                  scenario.policy.max_min_runtime_s)

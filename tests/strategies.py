@@ -1,0 +1,64 @@
+"""Hypothesis strategies for random small scenarios of every tree shape: trees of depth 1 to 4
+(a single root now and then), one or two GPU types with 2-, 4- or 8-GPU nodes, gangs of one to
+four nodes, node faults."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from tests.builders import ScenarioBuilder
+
+HOUR = 3600
+
+
+@st.composite
+def trees(draw, max_depth: int = 4) -> dict[str, int]:
+    """``{path: share}``: a random tree of depth 1..max_depth, 2..6 leaves, shares 0..5."""
+    depth = draw(st.integers(1, max_depth))
+    shares: dict[str, int] = {}
+    single_root = depth > 1 and draw(st.booleans())
+
+    def grow(parent: str | None, level: int) -> None:
+        count = 1 if (parent is None and single_root) else draw(st.integers(1 if level > 1 else 2, 3))
+        for k in range(count):
+            path = f"{parent}/n{k}" if parent else f"n{k}"
+            shares[path] = draw(st.sampled_from([1, 1, 2, 3, 5, 0] if level > 1 else [1, 2, 3]))
+            if level < depth and (level == 1 or draw(st.booleans())):
+                grow(path, level + 1)
+
+    grow(None, 1)
+    return shares
+
+
+def leaves_of(shares: dict[str, int]) -> list[str]:
+    return sorted(p for p in shares if not any(q.startswith(p + "/") for q in shares))
+
+
+@st.composite
+def scenarios(draw, max_workloads: int = 30):
+    builder = ScenarioBuilder(duration=draw(st.integers(6 * HOUR, 2 * 86400)), seed=0)
+    builder.policy(lookback_window_s=draw(st.sampled_from(["1d", "7d"])), max_min_runtime_s="2h",
+                   resubmit_delay_s=draw(st.sampled_from([0, 600])),
+                   unallocated_preemption=draw(st.sampled_from(["any", "fair"])))
+    pools = []
+    for gpu_type in ["H100", "A100"][: draw(st.integers(1, 2))]:
+        nodes, gpn = draw(st.integers(2, 5)), draw(st.sampled_from([2, 4, 8]))
+        builder.pool(gpu_type, nodes, gpn, draw(st.sampled_from([None, 2])))
+        pools.append((gpu_type, nodes, gpn))
+    shares = draw(trees())
+    for path, share in shares.items():
+        builder.team(path, share)
+    leaves = leaves_of(shares)
+    for i in range(draw(st.integers(3, max_workloads))):
+        gpu_type, nodes, gpn = draw(st.sampled_from(pools))
+        gpus = draw(st.one_of(st.integers(1, gpn), st.integers(1, min(nodes, 4)).map(lambda k, g=gpn: k * g)))
+        builder.workload(
+            f"w{i}", draw(st.sampled_from(leaves)), gpu_type=gpu_type, gpus=gpus, work=draw(st.integers(60, 6 * HOUR)),
+            submit=draw(st.integers(0, 8 * HOUR)), min_runtime=draw(st.sampled_from([0, 0, 600, HOUR, 2 * HOUR])),
+            resumable=draw(st.booleans()), checkpoint=draw(st.sampled_from([None, 300, 1800])),
+            priority=draw(st.sampled_from(["low", "normal", "high", "urgent"])))
+    for _ in range(draw(st.integers(0, 2))):
+        gpu_type, nodes, _ = draw(st.sampled_from(pools))
+        builder.node_event(draw(st.integers(0, 10 * HOUR)), f"{gpu_type}-{draw(st.integers(0, nodes - 1)):03d}",
+                           draw(st.sampled_from(["unhealthy", "failed"])), repair=draw(st.integers(600, 6 * HOUR)))
+    return builder.build()
