@@ -106,3 +106,35 @@ def check_nothing_lost(run, scenario) -> None:
     counts = Counter(w.state for w in state.workloads.values())
     assert counts[PENDING] == state.pending_count
     assert counts[RUNNING] == len(state.running)
+
+
+def check_fair_share_preemptions_follow_their_rule(events) -> None:
+    """P2, from the numbers each fair-share preemption carries: the victim's subtree ran above its
+    due share by more than the hysteresis; under ``due_share`` it ends no lower than the
+    preemptor's subtree with the request (or, when the request keeps the preemptor within its
+    due share, at or above its own due share; or the victim was larger than its subtree's whole
+    due share and could never take GPUs back); under ``window_credit`` it had used more of its
+    window share than the preemptor's subtree. And no ping-pong: a preempted workload never
+    takes GPUs back, at the same instant, from the subtree that preempted it."""
+    gpus: dict[str, int] = {}
+    taken_by: dict[tuple[str, int], str] = {}  # (victim's id, at_ms) -> preemptor's subtree
+    for e in events:
+        if isinstance(e, ev.WorkloadSubmitted):
+            gpus[e.workload.id] = e.workload.gpus
+        if not isinstance(e, ev.WorkloadPreempted) or e.reason.kind != "fair_share":
+            continue
+        r = e.reason
+        tolerance = 1e-6
+        assert r.victim_fill > 1.0 + r.hysteresis - tolerance, (e.workload_id, r.message)
+        left = r.victim_running_gpus - gpus[e.workload_id]
+        after = left / r.victim_due_gpus if r.victim_due_gpus > 0 else (float("inf") if left > 0 else 0.0)
+        if r.rule == "due_share":
+            assert (after >= r.preemptor_fill - 1e-3 or (r.preemptor_fill <= 1.0 and after >= 1.0 - 1e-3)
+                    or gpus[e.workload_id] > r.victim_due_gpus), (e.workload_id, after, r.message)
+        else:
+            assert r.rule == "window_credit", r
+            assert r.victim_ratio > r.preemptor_ratio, (e.workload_id, r.message)
+        back = taken_by.get((r.by_workload_id, e.at_ms))
+        assert back is None or not r.victim_subtree.startswith(back), (
+            f"ping-pong at {e.at_ms} ms: {r.by_workload_id} was preempted by {back} and took GPUs back")
+        taken_by[(e.workload_id, e.at_ms)] = r.preemptor_subtree

@@ -49,6 +49,12 @@ class PreemptionReason(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     victim_due_gpus: float | None = None
     hysteresis: float | None = None
     node: str | None = None
+    #: the rule that allowed it: ``due_share`` (the victim's subtree ran above its due share and
+    #: ends no lower than the preemptor's), ``window_credit`` (the preemptor's leaf had not used
+    #: its share of the window), ``unallocated`` (the victim ran on unallocated time)
+    rule: str | None = None
+    #: the victim's protection ended here (ms; None: it had none)
+    victim_protected_until_ms: int | None = None
     message: str = ""
 
 

@@ -14,8 +14,9 @@ them changes when GPUs move from b to a, so that level is the one compared.
 * **Victim eligibility** (:func:`victim_cap_gpus`): allocated work of b past its minimum runtime
   may go when b runs above its due share by more than the hysteresis, and after losing it b
   still does not run less of its due share than a with the request (Kueue's "less than or equal
-  to final share"): b's fill stays at least a's plus the hysteresis, or, when the request keeps
-  a within its due share, at least b's own due share. A preempted gang's subtree therefore never
+  to final share"): b's fill stays at least a's, or, when the request keeps a within its due
+  share, at least b's own due share; a workload larger than b's whole due share may go in any
+  case (it could never take GPUs back). A preempted gang's subtree therefore never
   ends below the subtree that took its GPUs, so it cannot take them back, and a subtree left
   at or above its due share has no request within its due share to start a chain with.
 * **Window credit** (:func:`credit_allows`, :func:`credit_victim_cap_gpus`): a request larger
@@ -40,6 +41,10 @@ from .tree import AllocationTree
 
 #: no victim of this subtree may go
 NONE: int = -1
+#: the rule that let a fair-share preemption happen, as its reason names it
+RULE_DUE_SHARE = "due_share"
+RULE_CREDIT = "window_credit"
+RULE_UNALLOCATED = "unallocated"
 
 
 def room_by_depth(view: FairShareView, tree: AllocationTree, leaf: str, fair: bool) -> list[float]:
@@ -71,8 +76,9 @@ def victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, hysteresis
     smallest workload that may go whatever that cap): ``(NONE, NONE)`` for none.
 
     b must run above its due share by more than the hysteresis now. Then it may lose GPUs as
-    long as its fill stays at least a's fill with the request plus the hysteresis, or, when the
-    request keeps a within its due share, at least 1 (its own due share). And a workload larger
+    long as its fill stays at least a's fill with the request, or, when the
+    request keeps a within its due share, at least 1 (its own due share). (The hysteresis guards
+    the first condition: a b just above its due share is left alone.) And a workload larger
     than b's whole due share may go whatever b keeps: it could never take GPUs back (no request
     larger than a due share counts as within it), so the cap would only starve a request within
     its due share where gangs are large for the shares (three teams of 5 GPUs on 8-GPU nodes)."""
@@ -82,11 +88,10 @@ def victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, hysteresis
     if view.ratio_at(bi) + hysteresis < view.ratio_at(ai):
         return NONE, NONE  # b has used less of its window share: it is not taken from for a's sake
     fill_a = view.fill_at(ai, gpus)
-    floor_fill = fill_a + hysteresis
-    if fill_a <= 1.0 and floor_fill > 1.0:
-        floor_fill = 1.0
+    floor_fill = fill_a if fill_a > 1.0 else min(fill_a, 1.0)
     due_b = view.due_at(bi)
-    cap = math.floor(view.running_at(bi) - floor_fill * due_b)
+    # (the tolerance keeps "b ends level with a" from failing on a rounding error)
+    cap = math.floor(view.running_at(bi) - floor_fill * due_b + 1e-9)
     return (int(cap) if cap > 0 else 0), int(math.floor(due_b)) + 1
 
 

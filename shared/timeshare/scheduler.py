@@ -27,11 +27,12 @@ from typing import Any, Callable, Final, Iterator
 from . import events as ev
 from .cluster import Node, Pool
 from .config import PolicyConfig
+from .durations import format_duration_s
 from .fairshare import FairShareView
 from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .reservation import Reservation, plan_reservation
-from .rules import NONE, credit_allows, credit_victim_cap_gpus, room_by_depth, victim_cap_gpus, victim_cost
+from .rules import NONE, RULE_CREDIT, RULE_DUE_SHARE, RULE_UNALLOCATED, credit_allows, credit_victim_cap_gpus, room_by_depth, victim_cap_gpus, victim_cost
 from .state import PENDING, SchedulerState, Workload
 from .tree import AllocationTree
 from .units import Seconds
@@ -66,14 +67,26 @@ class BudgetPolicy:
         if not cached:
             state.victim_memo.clear()
         for gpu_type, pool in state.cluster.pools.items():
-            if state.pending_by_pool[gpu_type]:
-                out += _schedule_pool(state, pool, now_s, cached)
+            # a pass walks each queue once; one that preempted may have freed GPUs beyond its
+            # need after earlier requests were turned down, so another pass follows at once
+            # until one preempts nothing (each preemption moves GPUs to a subtree that ends no
+            # higher than its victim's, so this ends; the bound only guards against a bug)
+            for _ in range(_MAX_PASSES_PER_INSTANT):
+                if not state.pending_by_pool[gpu_type]:
+                    break
+                made = _schedule_pool(state, pool, now_s, cached)
+                out += made
+                if not any(isinstance(e, ev.WorkloadPreempted) for e in made):
+                    break
         state.tree_changed = False
         return out
 
     def drain_blocked_until_s(self, w: Workload, now_s: Seconds) -> Seconds:
         return drain_blocked_until_s(w, now_s)
 
+
+#: passes of one pool at one instant (see BudgetPolicy.schedule): more would mean a loop
+_MAX_PASSES_PER_INSTANT: Final = 50
 
 #: "no request failed yet": larger than any request, an int so that limits stay native ints
 #: when compiled (a GPU count never comes near it)
@@ -142,7 +155,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     # either from nested functions or from this one, not both: otherwise mypyc keeps every
     # closure in the environment they share, a reference cycle per pass that only the garbage
     # collector frees)
-    def victims_for(leaf: str, gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int]]:
+    def victims_for(leaf: str, gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int, int]]:
         return _victims_for(view, tree, hysteresis, fair, leaf, gpus, min_runtime_s)
 
     fair = config.unallocated_preemption == "fair"
@@ -359,7 +372,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         for v in victims:
             a, b = richer[v.leaf]
             reason = ev.PreemptionReason(
-                kind="unallocated", by_workload_id=w.id, by_project=w.leaf, preemptor_subtree=a, victim_subtree=b,
+                kind="unallocated", rule=RULE_UNALLOCATED, by_workload_id=w.id, by_project=w.leaf, preemptor_subtree=a, victim_subtree=b,
                 preemptor_fill=round(total(a, gpus), 6), victim_fill=round(total(b), 6),
                 message=(f"{v.id} ran on unallocated time ({b} ran {total(b):.0%} of its due share in all); "
                      + (f"{w.id} ({w.leaf}) asked for allocated time" if allocated else
@@ -410,30 +423,29 @@ def _credit_possible(view: FairShareView, tree: AllocationTree, leaf: str) -> bo
 
 
 def _victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, fair: bool, leaf: str,
-                 gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int]]:
+                 gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int, int]]:
     """Leaves whose allocated work past its minimum runtime a request of ``gpus`` GPUs of
-    ``leaf`` may preempt, each with the two subtrees (a, b) where their paths part and the most
-    GPUs b may lose: by fair share (rules.victim_cap_gpus) when the request is within ``leaf``'s
-    due share from a down (rules.room_by_depth), else by window credit (rules.credit_allows,
-    for a request with a minimum runtime; -1: none). With ``min_runtime_s`` 0, a superset of
-    what any request of at least ``gpus`` GPUs may take (credit counts no horizon)."""
-    out_: dict[str, tuple[str, str, int, int]] = {}
+    ``leaf`` may preempt, each as (a, b, cap, whole, credit): the two subtrees where their paths
+    part; by fair share when the request is within ``leaf``'s due share from a down
+    (rules.room_by_depth), the most GPUs b may lose and the smallest workload that may go
+    whatever that cap (rules.victim_cap_gpus); by window credit (rules.credit_allows, for a
+    request with a minimum runtime; -1: no credit), the most GPUs b may lose that way. With
+    ``min_runtime_s`` 0, a superset of what any request of at least ``gpus`` GPUs may take
+    (credit then counts no horizon)."""
+    out_: dict[str, tuple[str, str, int, int, int]] = {}
     rooms = room_by_depth(view, tree, leaf, fair)
-    caps: dict[int, tuple[int, int]] = {}
+    caps: dict[int, tuple[int, int, int]] = {}
     for other, a, b, ai, bi in tree.split_index[leaf]:
         found = caps.get(bi)
         if found is None:
             depth = a.count("/")
-            within = gpus <= rooms[depth]
-            found = victim_cap_gpus(view, ai, bi, gpus, hysteresis) if within else (NONE, NONE)
-            if min_runtime_s >= 0 and (min_runtime_s == 0 or not within) \
-                    and credit_allows(view, tree, leaf, depth, gpus, min_runtime_s):
-                credit, _ = credit_victim_cap_gpus(view, ai, bi, gpus, min_runtime_s, hysteresis)
-                if credit > found[0]:
-                    found = (credit, found[1])
-            caps[bi] = found
-        if found[0] > 0 or found[1] > 0:
-            out_[other] = (a, b, found[0], found[1])
+            cap, whole = victim_cap_gpus(view, ai, bi, gpus, hysteresis) if gpus <= rooms[depth] else (NONE, NONE)
+            credit = NONE
+            if min_runtime_s >= 0 and credit_allows(view, tree, leaf, depth, gpus, min_runtime_s):
+                credit = credit_victim_cap_gpus(view, ai, bi, gpus, min_runtime_s, hysteresis)[0]
+            found = caps[bi] = (cap, whole, credit)
+        if found[0] > 0 or found[1] > 0 or found[2] > 0:
+            out_[other] = (a, b, found[0], found[1], found[2])
     return out_
 
 
@@ -473,7 +485,7 @@ class _VictimRules:
     __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
                  "allocated_side")
 
-    def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, tuple[str, str, int, int]],
+    def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, tuple[str, str, int, int, int]],
                  unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds):
         self.state = state
         self.view = view
@@ -490,8 +502,8 @@ class _VictimRules:
             unallocated_from = self.unallocated_from
             return unallocated_from is None or v.leaf in unallocated_from
         eligible = self.victims_of.get(v.leaf)
-        return eligible is not None and (v.gpus <= eligible[2] or 0 < eligible[3] <= v.gpus) \
-            and not v.is_protected(self.now_s)
+        return eligible is not None and (v.gpus <= eligible[2] or 0 < eligible[3] <= v.gpus
+                                         or v.gpus <= eligible[4]) and not v.is_protected(self.now_s)
 
     def cap(self, v: Workload) -> tuple[str, int] | None:
         """The subtree an allocated victim belongs to and the most GPUs it may lose in all (None:
@@ -501,7 +513,7 @@ class _VictimRules:
         eligible = self.victims_of[v.leaf]
         if 0 < eligible[3] <= v.gpus:
             return None
-        return eligible[1], eligible[2]
+        return eligible[1], max(eligible[2], eligible[4])
 
     def cost(self, v: Workload) -> tuple:
         if not v.allocated:
@@ -519,7 +531,7 @@ class _VictimRules:
 
 
 def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
-                     victims_of: dict[str, tuple[str, str, int, int]], now_s: Seconds, exclude: frozenset[int],
+                     victims_of: dict[str, tuple[str, str, int, int, int]], now_s: Seconds, exclude: frozenset[int],
                      reservation: Reservation | None, unallocated_from: dict[str, tuple[str, str]] | None = None,
                      unallocated_mask: int = 0, memo_space: str = "in", cached: bool = True,
                      capped: list[bool] | None = None) -> tuple[list[Node], list[Workload], dict[str, tuple[str, str]]] | None:
@@ -599,14 +611,18 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     return plan[0], plan[1], victims_of
 
 
-def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str, int, int]], view: FairShareView,
+def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str, int, int, int]], view: FairShareView,
             config: PolicyConfig) -> ev.PreemptionReason:
+    """Why ``victim`` goes for ``by``: the numbers of the rule that allowed it, and a sentence
+    made from the same numbers."""
     if not victim.allocated:
         return ev.PreemptionReason(
-            kind="unallocated", by_workload_id=by.id, by_project=by.leaf,
-            message=f"{victim.id} ran on unallocated time; {by.id} ({by.leaf}) asked for allocated time",
+            kind="unallocated", by_workload_id=by.id, by_project=by.leaf, rule=RULE_UNALLOCATED,
+            message=f"{victim.id} ran on unallocated time, which any allocated request may take; "
+                    f"{by.id} ({by.leaf}) asked for allocated time",
         )
-    mine, theirs, _, _ = victims_of[victim.leaf]
+    mine, theirs, cap, whole, _ = victims_of[victim.leaf]
+    rule = RULE_DUE_SHARE if victim.gpus <= cap or 0 < whole <= victim.gpus else RULE_CREDIT
     level = mine.rsplit("/", 1)[0] if "/" in mine else ""
     index = view.tree.index
     i_mine = index[mine]
@@ -617,18 +633,28 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str
     ratio_theirs = view.ratio_at(i_theirs)
     running_theirs = view.running_at(i_theirs)
     due_theirs = view.due_at(i_theirs)
+    fill_after = (running_theirs - victim.gpus) / due_theirs if due_theirs > 0 else 0.0
     # the number as configured, read untyped: a compiled build would turn an int given for
     # this float field into a float on the way (see units.py)
     hysteresis: Any = getattr(config, "preemption_hysteresis")
+    window_s = config.lookback_window_s
+    window = f"{window_s // 86400}-day" if window_s % 86400 == 0 else format_duration_s(window_s)
+    where = f"at the level of {level}" if level else "at the top of the tree"
+    if rule == RULE_CREDIT:
+        why = (f"{mine} had used {ratio_mine:.0%} of its {window} share and {theirs} {ratio_theirs:.0%}, "
+               f"so {mine} was still owed {by.id} ({by.gpus} GPUs) although it is larger than its due share now")
+    else:
+        why = (f"{mine} would be at {fill_mine:.0%} of its due share with {by.id} and {theirs} at "
+               f"{fill_after:.0%} without {victim.id}, so {theirs} is not left below {mine}")
     return ev.PreemptionReason(
         kind="fair_share", by_workload_id=by.id, by_project=by.leaf, level=level,
         preemptor_subtree=mine, victim_subtree=theirs,
         preemptor_ratio=round(ratio_mine, 6), victim_ratio=round(ratio_theirs, 6),
         preemptor_fill=round(fill_mine, 6), victim_fill=round(fill_theirs, 6),
         victim_running_gpus=running_theirs, victim_due_gpus=round(due_theirs, 3),
-        hysteresis=hysteresis,
-        message=(f"{victim.id} was past its minimum runtime and {theirs} ran {running_theirs} GPUs, "
-                 f"{fill_theirs:.0%} of the {due_theirs:.0f} it is due now (7-day usage ratio "
-                 f"{ratio_theirs:.2f}); {mine} would be at {fill_mine:.0%} of its due share with "
-                 f"{by.id} (usage ratio {ratio_mine:.2f}), so {by.id} went first"),
+        hysteresis=hysteresis, rule=rule,
+        victim_protected_until_ms=int(round((victim.run_start_s + victim.min_runtime_s) * 1000)),
+        message=(f"{victim.id} was past its minimum runtime; {where}, {theirs} ran {running_theirs} GPUs, "
+                 f"{fill_theirs:.0%} of the {due_theirs:.1f} it is due now ({window} usage ratio "
+                 f"{ratio_theirs:.2f}, above its due share by more than the hysteresis {hysteresis}); {why}"),
     )
