@@ -118,6 +118,7 @@ def check_fair_share_preemptions_follow_their_rule(events) -> None:
     takes GPUs back, at the same instant, from the subtree that preempted it."""
     gpus: dict[str, int] = {}
     taken_by: dict[tuple[str, int], str] = {}  # (victim's id, at_ms) -> preemptor's subtree
+    taken: dict[tuple[str | None, int, str | None], int] = {}
     for e in events:
         if isinstance(e, ev.WorkloadSubmitted):
             gpus[e.workload.id] = e.workload.gpus
@@ -126,7 +127,11 @@ def check_fair_share_preemptions_follow_their_rule(events) -> None:
         r = e.reason
         tolerance = 1e-6
         assert r.victim_fill > 1.0 + r.hysteresis - tolerance, (e.workload_id, r.message)
-        left = r.victim_running_gpus - gpus[e.workload_id]
+        # a decision that takes several victims reports each with the numbers it was made on;
+        # the GPUs its earlier victims took from the same subtree count against this one
+        key = (r.by_workload_id, e.at_ms, r.victim_subtree)
+        taken[key] = taken.get(key, 0) + gpus[e.workload_id]
+        left = r.victim_running_gpus - taken[key]
         after = left / r.victim_due_gpus if r.victim_due_gpus > 0 else (float("inf") if left > 0 else 0.0)
         if r.rule == "due_share":
             assert (after >= r.preemptor_fill - 1e-3 or (r.preemptor_fill <= 1.0 and after >= 1.0 - 1e-3)

@@ -62,3 +62,27 @@ def scenarios(draw, max_workloads: int = 30):
         builder.node_event(draw(st.integers(0, 10 * HOUR)), f"{gpu_type}-{draw(st.integers(0, nodes - 1)):03d}",
                            draw(st.sampled_from(["unhealthy", "failed"])), repair=draw(st.integers(600, 6 * HOUR)))
     return builder.build()
+
+
+@st.composite
+def contended_scenarios(draw):
+    """Every leaf keeps long, resumable allocated work queued (more than the cluster holds), the
+    leaves arriving at different times: fair share must move GPUs between subtrees."""
+    gpn = draw(st.sampled_from([4, 8]))
+    builder = ScenarioBuilder(duration=draw(st.integers(12 * HOUR, 2 * 86400)), seed=0)
+    builder.policy(lookback_window_s=draw(st.sampled_from(["1d", "7d"])), max_min_runtime_s="2h",
+                   catch_up=draw(st.sampled_from([0.0, 1.0])))
+    nodes = draw(st.integers(3, 6))
+    builder.pool("H100", nodes, gpn)
+    shares = draw(trees())
+    for path, share in shares.items():
+        builder.team(path, share)
+    for li, leaf in enumerate(leaves_of(shares)):
+        arrive = draw(st.integers(0, 10 * HOUR))
+        for i in range(draw(st.integers(1, 5))):
+            builder.workload(
+                f"l{li}-{i}", leaf, gpus=draw(st.sampled_from([1, gpn // 2, gpn, 2 * gpn])),
+                work=draw(st.integers(2 * HOUR, 100 * HOUR)), submit=arrive + draw(st.integers(0, 2 * HOUR)),
+                min_runtime=draw(st.sampled_from([600, HOUR, 2 * HOUR])), resumable=True,
+                checkpoint=draw(st.sampled_from([600, 1800])))
+    return builder.build()

@@ -254,8 +254,13 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
                 turn.kept_out_fail, turn.kept_out_seq = gpus, pool.change_seq
             continue
         nodes, victims, victims_of = plan
+        # every reason from the numbers the decision was made on (before any victim is charged),
+        # each with what its subtree lost to the victims before it in this plan
+        lost_before: dict[str, int] = {}
+        reasons = []
         for v in victims:
-            reason = _reason(v, w, victims_of, view, config)
+            reasons.append(_reason(v, w, victims_of, view, config, lost_before))
+        for v, reason in zip(victims, reasons):
             for e in state.preempted(v, now_s, reason):
                 state.apply(e)
                 out.append(e)
@@ -612,9 +617,10 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
 
 
 def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str, int, int, int]], view: FairShareView,
-            config: PolicyConfig) -> ev.PreemptionReason:
-    """Why ``victim`` goes for ``by``: the numbers of the rule that allowed it, and a sentence
-    made from the same numbers."""
+            config: PolicyConfig, lost_before: dict[str, int]) -> ev.PreemptionReason:
+    """Why ``victim`` goes for ``by``: the numbers of the rule that allowed it, as they were when
+    the decision was made, and a sentence made from the same numbers. ``lost_before`` counts,
+    per victim subtree, the GPUs earlier victims of the same decision took (updated here)."""
     if not victim.allocated:
         return ev.PreemptionReason(
             kind="unallocated", by_workload_id=by.id, by_project=by.leaf, rule=RULE_UNALLOCATED,
@@ -633,7 +639,9 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str
     ratio_theirs = view.ratio_at(i_theirs)
     running_theirs = view.running_at(i_theirs)
     due_theirs = view.due_at(i_theirs)
-    fill_after = (running_theirs - victim.gpus) / due_theirs if due_theirs > 0 else 0.0
+    lost = lost_before.get(theirs, 0) + victim.gpus
+    lost_before[theirs] = lost
+    fill_after = (running_theirs - lost) / due_theirs if due_theirs > 0 else 0.0
     # the number as configured, read untyped: a compiled build would turn an int given for
     # this float field into a float on the way (see units.py)
     hysteresis: Any = getattr(config, "preemption_hysteresis")
@@ -645,7 +653,11 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str
                f"so {mine} was still owed {by.id} ({by.gpus} GPUs) although it is larger than its due share now")
     else:
         why = (f"{mine} would be at {fill_mine:.0%} of its due share with {by.id} and {theirs} at "
-               f"{fill_after:.0%} without {victim.id}, so {theirs} is not left below {mine}")
+               f"{fill_after:.0%} without {victim.id}" + (f" and the {lost - victim.gpus} GPUs taken with it"
+                                                          if lost > victim.gpus else "")
+               + f", so {theirs} is not left below {mine}" if victim.gpus <= cap else
+               f"{victim.id} ({victim.gpus} GPUs) is larger than all {theirs} is due now, so it could not "
+               f"take GPUs back")
     return ev.PreemptionReason(
         kind="fair_share", by_workload_id=by.id, by_project=by.leaf, level=level,
         preemptor_subtree=mine, victim_subtree=theirs,
