@@ -628,7 +628,10 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str
                     f"{by.id} ({by.leaf}) asked for allocated time",
         )
     mine, theirs, cap, whole, _ = victims_of[victim.leaf]
-    rule = RULE_DUE_SHARE if victim.gpus <= cap or 0 < whole <= victim.gpus else RULE_CREDIT
+    lost = lost_before.get(theirs, 0) + victim.gpus  # what its subtree loses to this decision so far
+    lost_before[theirs] = lost
+    # the due-share rule, unless its cap was exceeded and only window credit allowed that
+    rule = RULE_DUE_SHARE if lost <= cap or 0 < whole <= victim.gpus else RULE_CREDIT
     level = mine.rsplit("/", 1)[0] if "/" in mine else ""
     index = view.tree.index
     i_mine = index[mine]
@@ -639,8 +642,6 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str
     ratio_theirs = view.ratio_at(i_theirs)
     running_theirs = view.running_at(i_theirs)
     due_theirs = view.due_at(i_theirs)
-    lost = lost_before.get(theirs, 0) + victim.gpus
-    lost_before[theirs] = lost
     fill_after = (running_theirs - lost) / due_theirs if due_theirs > 0 else 0.0
     # the number as configured, read untyped: a compiled build would turn an int given for
     # this float field into a float on the way (see units.py)
@@ -655,7 +656,7 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str
         why = (f"{mine} would be at {fill_mine:.0%} of its due share with {by.id} and {theirs} at "
                f"{fill_after:.0%} without {victim.id}" + (f" and the {lost - victim.gpus} GPUs taken with it"
                                                           if lost > victim.gpus else "")
-               + f", so {theirs} is not left below {mine}" if victim.gpus <= cap else
+               + f", so {theirs} is not left below {mine}" if lost <= cap else
                f"{victim.id} ({victim.gpus} GPUs) is larger than all {theirs} is due now, so it could not "
                f"take GPUs back")
     return ev.PreemptionReason(
