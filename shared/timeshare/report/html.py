@@ -259,5 +259,28 @@ def _program_hours(th: series.TeamHours, programs: dict[str, list[int]]) -> seri
 
 
 def load_results(out_dir: Path) -> dict[str, dict]:
-    """{policy: metrics} from a simulate output directory's metrics.json."""
-    return json.loads((Path(out_dir) / "metrics.json").read_text())
+    """{policy: metrics} from a simulate output directory's metrics.json (one written before
+    attainment counted funded work only is read with its keys renamed: upgrade_metrics)."""
+    results = json.loads((Path(out_dir) / "metrics.json").read_text())
+    return {policy: upgrade_metrics(m) for policy, m in results.items()}
+
+
+def upgrade_metrics(m: dict) -> dict:
+    """A metrics dict written before 2026-12-01, when ``attainment`` was the all-work figure and
+    ``attainment_funded`` the funded one, with today's keys: the funded figure as ``attainment``,
+    the all-work one as ``attainment_all_work`` (per team likewise; the funded GPU-hours delivered
+    were not recorded then: None). A current dict is returned as it is."""
+    if "attainment_funded" not in m:
+        return m
+    m = dict(m)
+    m["attainment_all_work"] = m.pop("attainment")
+    m["attainment"] = m.pop("attainment_funded")
+    teams = {}
+    for name, t in m["teams"].items():
+        teams[name] = {"fraction": t["fraction"], "owed_gpu_hours": t.get("funded_owed_gpu_hours"),
+                       "delivered_gpu_hours": None, "attainment": t.get("funded_attainment"),
+                       "owed_all_work_gpu_hours": t["owed_gpu_hours"],
+                       "delivered_all_work_gpu_hours": t["delivered_gpu_hours"],
+                       "attainment_all_work": t["attainment"]}
+    m["teams"] = teams
+    return m

@@ -139,10 +139,11 @@ def lookup(metrics: dict, path: str):
     return node
 
 
-def worst_team(metrics: dict) -> str | None:
-    """The team whose (funded) attainment is the lowest; the first in tree order on a tie."""
-    rated = [(t["attainment"], name) for name, t in metrics["teams"].items() if t["attainment"] is not None]
-    return min(rated, key=lambda r: r[0])[1] if rated else None
+def worst_teams(metrics: dict) -> list[str]:
+    """The teams whose (funded) attainment is the lowest (more than one on a tie)."""
+    rated = {name: t["attainment"] for name, t in metrics["teams"].items() if t["attainment"] is not None}
+    low = min(rated.values(), default=None)
+    return [name for name, a in rated.items() if a == low]
 
 
 def headline_text(path: str, metrics: dict) -> str:
@@ -154,7 +155,8 @@ def headline_text(path: str, metrics: dict) -> str:
     if path == "attainment.teams_at_or_above_95":
         return f"{value} of {metrics['attainment']['teams']}"
     if path == "attainment.min_team":
-        return f"{format_value(path, value)} ({worst_team(metrics)})"
+        worst = worst_teams(metrics)
+        return f"{format_value(path, value)} ({worst[0] if len(worst) == 1 else f'{len(worst)} teams'})"
     if path == "wasted_gpu_hours":
         return f"{value:,.0f}"
     return format_value(path, value)
