@@ -365,6 +365,10 @@ def test_figure_titles_and_legends_fit(run_dir):
         figs[f"ratio {len(labels)}"] = figures.ratio_figure(
             {p: [np.ones(len(at))] * len(labels) for p in ("budget", "baseline", "fifo")}, at, labels, 7 * 86400)
     figs["waits"] = figures.waits_figure(logs, metrics)
+    # each panel's title gives the p90 of every policy as metrics.json has it
+    first = figs["waits"].axes[0].get_title(loc="left")
+    for policy in POLICIES:
+        assert f"{policy} {format_duration_s(metrics[policy]['queue_wait_s']['overall']['p90'])}" in first
     figs["preemptions"] = figures.preemptions_figure(logs, metrics)
     for name, fig in figs.items():
         assert layout_problems(fig) == [], name

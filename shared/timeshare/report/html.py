@@ -144,7 +144,7 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
         parts += ["<h2>Queue waits</h2>", _figure(shared[2], (
             "Share of workloads (y) that waited at most x from submission to first start, per workload kind. "
             "Resubmissions are not counted; work never started counts with its wait until the end of the run. "
-            "The p90 and count in each legend are <code>queue_wait_s</code> of metrics.json."), "fig-waits")]
+            "The p90s and count in each panel's title are <code>queue_wait_s</code> of metrics.json."), "fig-waits")]
         parts += ["<h2>Preemptions and drains</h2>", _figure(shared[3], (
             "Preemptions per bin, stacked by reason (legend: totals from metrics.json). Triangles mark nodes "
             "reported unhealthy (drained as their work reaches its minimum runtime); red triangles are drains "
