@@ -20,7 +20,7 @@ from timeshare.durations import format_duration_s
 from timeshare.report import figures, gantt, series
 from timeshare.report.html import _attainment_title, load_results, write_report
 from timeshare.report.runlog import GpuRows, load_run
-from timeshare.report.style import layout_problems, team_colors
+from timeshare.report.style import layout_problems, program_colors, team_colors
 from timeshare.report.tables import format_value, metrics_table
 from timeshare.sim.cli import simulate
 from timeshare.sim.metrics import percentiles
@@ -359,6 +359,13 @@ def test_figure_titles_and_legends_fit(run_dir):
         titles = [_attainment_title(0.999, 1.0, 123456) for _ in teams]
         figs[f"delivery {policy}"] = figures.delivery_figure(policy, th, teams, titles, 1, [colors[t] for t in teams])
         figs[f"cluster {policy}"] = gantt.draw_gantt(log, rows, gantt.choose_view(log.end_s, rows.total), colors)
+    # five teams: two rows of panels with three-line titles
+    edges = series.hour_edges(2 * 86400)
+    ones = np.ones((5, len(edges) - 1)) * 3600
+    five = series.TeamHours(edges, ones, ones, ones, ones, np.full(5, 0.2))
+    figs["delivery five teams"] = figures.delivery_figure(
+        "budget", five, [f"program/team-{i}" for i in range(5)], [_attainment_title(0.2, 0.95, 98765)] * 5, 6,
+        [f"C{i}" for i in range(5)])
     at = np.arange(0.0, 2 * 86400 + 1, 3600)
     # one panel wide and four: the header must fit either way
     for labels in (["vision/det"], ["a/long/team/name/that/goes/on", "b", "c", "d", "e"]):
@@ -413,6 +420,16 @@ def _hue_deg(rgb) -> float:
 
 def _hue_gap(a: float, b: float) -> float:
     return min(abs(a - b), 360 - abs(a - b))
+
+
+def test_a_program_has_one_hue_whatever_its_name_sorts_beside():
+    # "a-b/y" sorts before "a/x" ('-' < '/') while program "a" sorts before "a-b": each team takes
+    # its own program's hue, and the program's own colour is of that hue
+    colors = team_colors(["a/x", "a/z", "a-b/y"])
+    programs = program_colors(["a/x", "a/z", "a-b/y"])
+    assert _hue_gap(_hue_deg(colors["a/x"]), _hue_deg(programs["a"])) <= 35
+    assert _hue_gap(_hue_deg(colors["a-b/y"]), _hue_deg(programs["a-b"])) <= 35
+    assert _hue_gap(_hue_deg(programs["a"]), _hue_deg(programs["a-b"])) >= 45
 
 
 def test_fifteen_team_colours_are_a_hue_per_program_and_can_be_told_apart():

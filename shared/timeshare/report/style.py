@@ -42,13 +42,10 @@ def team_colors(teams: list[str]) -> dict[str, tuple]:
     Teams are taken in path order, so neighbours in the tree (and in every legend) are
     neighbouring shades of one hue. Workload shades (gantt.py) vary lightness only a little
     around the team's colour."""
-    programs: dict[str, list[str]] = {}
-    for t in sorted(teams):
-        programs.setdefault(t.split("/")[0], []).append(t)
     lo, hi = _SHADES
     out = {}
-    for i, members in enumerate(programs.values()):
-        cmap = colormaps[PROGRAM_COLORMAPS[i % len(PROGRAM_COLORMAPS)]]
+    for program, cmap in _program_colormaps(teams).items():
+        members = sorted(t for t in teams if t.split("/")[0] == program)
         k = len(members)
         for j, t in enumerate(members):
             out[t] = cmap(0.7 if k == 1 else lo + (hi - lo) * j / (k - 1))
@@ -57,8 +54,12 @@ def team_colors(teams: list[str]) -> dict[str, tuple]:
 
 def program_colors(teams: list[str]) -> dict[str, tuple]:
     """A colour per program (first path component): the middle shade of its teams' hue."""
+    return {program: cmap(0.7) for program, cmap in _program_colormaps(teams).items()}
+
+
+def _program_colormaps(teams: list[str]) -> dict:
     programs = sorted({t.split("/")[0] for t in teams})
-    return {p: colormaps[PROGRAM_COLORMAPS[i % len(PROGRAM_COLORMAPS)]](0.7) for i, p in enumerate(programs)}
+    return {p: colormaps[PROGRAM_COLORMAPS[i % len(PROGRAM_COLORMAPS)]] for i, p in enumerate(programs)}
 
 
 def time_axis(span_s: float) -> tuple[float, str]:
