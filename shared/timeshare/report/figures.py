@@ -54,7 +54,7 @@ def delivery_figure(policy: str, th: series.TeamHours, labels: list[str], sub_ti
         _panel_axes(ax, "GPUs (mean per bin)", f"time ({unit}), {hours_per_bin} h bins")
     handles = [Patch(facecolor="grey", label="delivered to funded work"),
                Patch(facecolor="white", edgecolor="grey", hatch="////",
-                     label="delivered to other work (min runtime 0): owed to no one"),
+                     label="delivered to other work (min runtime 0, or no budget): owed to no one"),
                Line2D([], [], color="black", label="owed = min(fraction x pool GPUs, GPUs funded work asked for)")]
     return finish_grid(g, f"{policy}: delivered GPU time against what funded work was owed", handles)
 
