@@ -65,7 +65,7 @@ def format_ratio(a, b) -> str:
     ratio = a / b
     if ratio < RATIO_MIN:
         return f"< {RATIO_MIN}×"
-    return f"{ratio:.0f}×" if ratio >= 10 else f"{ratio:.2f}×"
+    return f"{ratio:.2f}×" if ratio < 9.995 else f"{ratio:.0f}×"  # (9.996 shows as "10×", not "10.00×")
 
 
 def _cell(policy: str, path: str, value, css: str = "") -> str:
