@@ -57,25 +57,16 @@ def test_builtin_drains_needing_a_human_fall_by_at_least_70_percent(ai2_like):
     assert budget["needing_human"] <= 0.3 * baseline["needing_human"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "measured (budget, ai2-like, 30 d): all-work attainment fleet 0.774, worst team 0.506 (tulu/code), 0 of 15 "
-    "teams >= 0.95 (baseline: fleet 0.772, worst 0.416); with unallocated_preemption = 'fair' 0.938 / 0.848; "
-    "funded-only attainment passes (next test); see README known gaps"))
 def test_builtin_budget_attainment_meets_the_target(ai2_like):
+    # attainment counts funded work only (min runtime > 0 on a budget), asked for and delivered:
+    # what the budgets promise; unallocated time is free capacity promised to no one.
+    # Measured before the rename (as attainment_funded): fleet 0.988, worst team 0.970, 15 of 15 >= 0.95
     attainment = ai2_like["budget"]["attainment"]
     # the bound: GPU-hours delivered vs owed >= 98% fleet-wide (Ai2: 98%)
     assert attainment["fleet"] >= 0.98
     # ... and every team >= 95% (Ai2: 13 of 15, worst 90%; we aim higher)
     assert attainment["min_team"] >= 0.95
-
-
-def test_builtin_budget_attainment_of_funded_work_meets_the_target(ai2_like):
-    # owed and delivered counting funded workloads only (min runtime > 0 on a budget): what
-    # the budgets themselves promise. Measured: fleet 0.988, worst team 0.970, 15 of 15 >= 0.95
-    funded = ai2_like["budget"]["attainment_funded"]
-    assert funded["fleet"] >= 0.98  # the fleet bound (Ai2: 98%)
-    assert funded["min_team"] >= 0.95  # the per-team bound
-    assert funded["teams_at_or_above_95"] == funded["teams"] == 15
+    assert attainment["teams_at_or_above_95"] == attainment["teams"] == 15
 
 
 # -- the contended Philly scenario, on the first 2000 jobs of its trace -------------------------

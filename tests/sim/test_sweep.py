@@ -8,7 +8,9 @@ import itertools
 import pytest
 
 from timeshare.cli import main
-from timeshare.report.sweep import headline, parse_grid
+from timeshare.report.style import layout_problems
+from timeshare.report.sweep import METRIC_COLUMNS, SweepPoint, SweepResult, grid_points, headline, parse_grid
+from timeshare.report.sweep_html import param_figure
 from timeshare.sim.engine import run
 from timeshare.sim.scenario import load_scenario
 
@@ -81,7 +83,8 @@ def test_two_by_two_sweep_in_parallel(tmp_path, scenario_path):
     direct = headline(run(load_scenario(scenario_path, {"lookback_window": "3d", "max_min_runtime": "2h"}),
                           "budget").metrics)
     for column in ("occupancy", "unallocated_share", "preemptions", "p90_wait_s", "debug_p90_wait_s",
-                   "wasted_gpu_hours", "drains_needing_human"):
+                   "wasted_gpu_hours", "drains_needing_human", "attainment_fleet", "attainment_min_team",
+                   "attainment_all_work_fleet"):
         assert float(r[column]) == pytest.approx(direct[column]), column
     html = (out / "sweep.html").read_text()
     assert html.count('<img src="data:image/png;base64,') == 2  # one figure per swept parameter
@@ -106,3 +109,19 @@ def test_parse_grid_rejects_malformed_settings():
     for bad in (["a"], ["a="], ["=1"], ["a=1", "a=2"]):
         with pytest.raises(ValueError):
             parse_grid(bad)
+
+
+def test_sweep_columns_read_funded_attainment_and_all_work_beside_it(scenario_path):
+    metrics = run(load_scenario(scenario_path), "budget").metrics
+    row = headline(metrics)
+    assert row["attainment_fleet"] == metrics["attainment"]["fleet"]
+    assert row["attainment_min_team"] == metrics["attainment"]["min_team"]
+    assert row["attainment_all_work_fleet"] == metrics["attainment_all_work"]["fleet"]
+
+
+def test_sweep_figure_titles_and_legends_fit():
+    grid = {"lookback_window": ["1d", "3d", "7d"], "max_min_runtime": ["2h", "4h"]}
+    points = grid_points(grid, ["budget", "baseline"])
+    results = [SweepResult(p, {c: 0.5 + 0.01 * p.index for c in METRIC_COLUMNS}) for p in points]
+    for param in grid:
+        assert layout_problems(param_figure(param, grid, results)) == [], param

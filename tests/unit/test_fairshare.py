@@ -205,14 +205,16 @@ def _funded_team_beside_an_unallocated_team(mode: str):
 def test_fair_unallocated_preemption_keeps_the_share_of_a_team_that_runs_on_unallocated_time():
     any_, fair = (_funded_team_beside_an_unallocated_team(m) for m in ("any", "fair"))
     # "any" (the contract's default): a's funded work beyond its share takes b's unallocated
-    # GPUs whenever it asks, so b receives well under the half it is owed (owed = its share,
-    # capped by what it asked for)
-    assert any_["teams"]["b"]["attainment"] < 0.8
+    # GPUs whenever it asks, so b receives well under the half it would be owed if its unallocated
+    # work counted (all-work attainment: owed = its share, capped by what it asked for)
+    assert any_["teams"]["b"]["attainment_all_work"] < 0.8
     # "fair": a's work beyond its share waits for free GPUs in fair-share order, so b keeps
     # (nearly) its half hour by hour
-    assert fair["teams"]["b"]["attainment"] >= 0.9
+    assert fair["teams"]["b"]["attainment_all_work"] >= 0.9
+    # b has no funded work, so it is owed nothing on the funded (target) count
+    assert fair["teams"]["b"]["attainment"] is None and fair["teams"]["b"]["owed_gpu_hours"] == 0
     # and a still gets its own half: its funded work within its share preempts as before
-    assert fair["teams"]["a"]["funded_attainment"] >= 0.9
+    assert fair["teams"]["a"]["attainment"] >= 0.9
     for m in (any_, fair):
         assert m["occupancy"] >= 0.95  # nobody leaves GPUs idle for this
 

@@ -7,8 +7,6 @@ one written to metrics.json; the curves come from the event log (runlog.py).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -18,26 +16,7 @@ from matplotlib.ticker import MaxNLocator
 from ..durations import format_duration_s
 from . import series
 from .runlog import RunLog
-from .style import DAY_S, HOUR_S, REASON_COLORS, policy_color, time_axis
-
-
-def _grid(n: int, ncols: int = 4, w: float = 3.6, h: float = 2.4, top_in: float = 0.8) -> tuple[Figure, list]:
-    """Small multiples with fixed margins in inches (constrained layout would cost ~0.5 s per
-    figure at 16 panels, most of the report's rendering time)."""
-    ncols = max(1, min(ncols, n))
-    nrows = math.ceil(n / ncols)
-    width, height = w * ncols, h * nrows + top_in
-    fig = Figure(figsize=(width, height), dpi=100)
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True).ravel().tolist()
-    fig.subplots_adjust(left=0.6 / width, right=1 - 0.15 / width, top=1 - top_in / height,
-                        bottom=0.5 / height, wspace=0.25, hspace=0.75)
-    for ax in axes:
-        ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
-        ax.yaxis.set_major_locator(MaxNLocator(4))
-        ax.xaxis.set_tick_params(labelbottom=True)
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    return fig, axes[:n]
+from .style import DAY_S, HOUR_S, REASON_COLORS, finish_grid, grid, panel_title, policy_color, time_axis
 
 
 def programs_of(teams: list[str]) -> dict[str, list[int]]:
@@ -50,12 +29,13 @@ def programs_of(teams: list[str]) -> dict[str, list[int]]:
 
 def delivery_figure(policy: str, th: series.TeamHours, labels: list[str], sub_titles: list[str],
                     hours_per_bin: int, colors: list) -> Figure:
-    """Small multiples: delivered allocated + unallocated GPU time (stacked) against owed.
+    """Small multiples: GPU time delivered to funded work and to the rest (stacked) against
+    what funded work was owed.
 
     ``th`` rows are teams or programs; values are shown as mean GPUs over each bin so the
     scale does not depend on the bin width."""
-    alloc = series.rebin(th.allocated, hours_per_bin)
-    unalloc = series.rebin(th.unallocated, hours_per_bin)
+    funded = series.rebin(th.funded, hours_per_bin)
+    other = series.rebin(th.other, hours_per_bin)
     owed = series.rebin(th.owed, hours_per_bin)
     edges = th.edges_s[::hours_per_bin]
     edges = np.append(edges, th.edges_s[-1]) if edges[-1] != th.edges_s[-1] else edges
@@ -63,49 +43,48 @@ def delivery_figure(policy: str, th: series.TeamHours, labels: list[str], sub_ti
     width_s[width_s == 0] = 1
     scale_s, unit = time_axis(edges[-1])
     x = edges / scale_s
-    fig, axes = _grid(len(labels))
-    for i, ax in enumerate(axes):
-        a = alloc[i] / width_s
-        u = unalloc[i] / width_s
-        ax.stairs(a, x, fill=True, color=colors[i], alpha=0.9, label="delivered, allocated")
-        ax.stairs(a + u, x, baseline=a, fill=True, facecolor="none", edgecolor=colors[i], hatch="////",
-                  lw=0, label="delivered, unallocated")
-        ax.stairs(owed[i] / width_s, x, color="black", lw=1.2, label="owed")
-        ax.set_title(f"{labels[i]}\n{sub_titles[i]}", fontsize=8, loc="left")
-        ax.tick_params(labelsize=7)
-        ax.set_ylim(bottom=0)
-        if ax.get_subplotspec().is_first_col():
-            ax.set_ylabel("GPUs (mean per bin)", fontsize=8)
-        ax.set_xlabel(f"time ({unit}), {hours_per_bin} h bins", fontsize=7)
-    handles = [Patch(facecolor="grey", label="delivered, allocated"),
-               Patch(facecolor="white", edgecolor="grey", hatch="////", label="delivered, unallocated"),
-               Line2D([], [], color="black", label="owed = min(fraction x pool GPUs, GPUs asked for)")]
-    fig.legend(handles=handles, loc="upper right", ncols=3, fontsize=8, frameon=False)
-    fig.suptitle(f"{policy}: delivered GPU time against what was owed", x=0.01, ha="left", fontsize=11)
-    return fig
+    g = grid(len(labels))
+    for i, ax in enumerate(g.axes):
+        a = funded[i] / width_s
+        u = other[i] / width_s
+        ax.stairs(a, x, fill=True, color=colors[i], alpha=0.9)
+        ax.stairs(a + u, x, baseline=a, fill=True, facecolor="none", edgecolor=colors[i], hatch="////", lw=0)
+        ax.stairs(owed[i] / width_s, x, color="black", lw=1.2)
+        panel_title(g, ax, f"{labels[i]}\n{sub_titles[i]}")
+        _panel_axes(ax, "GPUs (mean per bin)", f"time ({unit}), {hours_per_bin} h bins")
+    handles = [Patch(facecolor="grey", label="delivered to funded work"),
+               Patch(facecolor="white", edgecolor="grey", hatch="////",
+                     label="delivered to other work (min runtime 0, or no budget): owed to no one"),
+               Line2D([], [], color="black", label="owed = min(fraction x pool GPUs, GPUs funded work asked for)")]
+    return finish_grid(g, f"{policy}: delivered GPU time against what funded work was owed", handles)
+
+
+def _panel_axes(ax, ylabel: str, xlabel: str) -> None:
+    ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(4))
+    ax.xaxis.set_tick_params(labelbottom=True)
+    ax.tick_params(labelsize=7)
+    ax.set_ylim(bottom=0)
+    if ax.get_subplotspec().is_first_col():
+        ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=7)
 
 
 def ratio_figure(curves: dict[str, list[np.ndarray]], at_s: np.ndarray, labels: list[str],
                  window_s: float) -> Figure:
     """Usage ratio over time per team (or program): one line per policy, 1.0 = exactly its share."""
     scale_s, unit = time_axis(at_s[-1] if len(at_s) else 0)
-    fig, axes = _grid(len(labels))
-    for i, ax in enumerate(axes):
+    g = grid(len(labels))
+    for i, ax in enumerate(g.axes):
         for j, (policy, per_row) in enumerate(curves.items()):
-            ax.plot(at_s / scale_s, per_row[i], color=policy_color(policy, j), lw=1.1, label=policy)
+            ax.plot(at_s / scale_s, per_row[i], color=policy_color(policy, j), lw=1.1)
         ax.axhline(1.0, color="black", lw=0.7, ls="--")
-        ax.set_title(labels[i], fontsize=8, loc="left")
-        ax.tick_params(labelsize=7)
-        ax.set_ylim(bottom=0)
-        if ax.get_subplotspec().is_first_col():
-            ax.set_ylabel("usage ratio", fontsize=8)
-        ax.set_xlabel(f"time ({unit})", fontsize=7)
+        panel_title(g, ax, labels[i])
+        _panel_axes(ax, "usage ratio", f"time ({unit})")
     handles = [Line2D([], [], color=policy_color(p, j), label=p) for j, p in enumerate(curves)]
     handles.append(Line2D([], [], color="black", ls="--", label="1.0 = used exactly its share"))
-    fig.legend(handles=handles, loc="upper right", ncols=len(handles), fontsize=8, frameon=False)
-    fig.suptitle(f"usage ratio = allocated GPU-s in the last {format_duration_s(window_s)} / "
-                 "(fraction x pool GPUs x window)", x=0.01, ha="left", fontsize=11)
-    return fig
+    return finish_grid(g, f"usage ratio = allocated GPU-s in the last {format_duration_s(window_s)} / "
+                          "(fraction x pool GPUs x window)", handles)
 
 
 def _cdf_x(wait_s: np.ndarray) -> np.ndarray:
@@ -115,11 +94,13 @@ def _cdf_x(wait_s: np.ndarray) -> np.ndarray:
 def waits_figure(logs: dict[str, RunLog], metrics: dict[str, dict]) -> Figure:
     """CDF of first queue waits, one panel per workload kind (and all), a line per policy.
 
-    The p90 in each legend is read from metrics.json, not recomputed."""
+    The p90 and count in each panel's title are read from metrics.json, not recomputed; the
+    policies' colours are in the legend above the panels, so no legend covers a curve."""
     kinds = sorted({k for log in logs.values() for k in log.kinds})
     panels = ["all workloads", *kinds]
-    fig, axes = _grid(len(panels), ncols=min(3, len(panels)), w=4.6, h=3.3, top_in=0.6)
-    for ax, panel in zip(axes, panels):
+    g = grid(len(panels), ncols=3, w=4.6, h=3.3, hspace=0.6)
+    for ax, panel in zip(g.axes, panels):
+        p90s, counts = [], set()
         for j, (policy, log) in enumerate(logs.items()):
             if panel == "all workloads":
                 w = log.wait_s
@@ -131,24 +112,30 @@ def waits_figure(logs: dict[str, RunLog], metrics: dict[str, dict]) -> Figure:
                 continue
             if not len(w) or stats is None:
                 continue
+            p90s.append(f"{policy} {format_duration_s(stats['p90'])}")
+            counts.add(stats["count"])
             x = _cdf_x(w)
             y = np.arange(1, len(x) + 1) / len(x)
-            ax.step(x, y, where="post", color=policy_color(policy, j),
-                    label=f"{policy}: p90 {format_duration_s(stats['p90'])} (n={stats['count']})")
+            ax.step(x, y, where="post", color=policy_color(policy, j))
         ax.axhline(0.9, color="grey", lw=0.6, ls=":")
         ax.set_xscale("log")
         ax.set_xlim(1, None)
         ticks = [1, 60, 600, HOUR_S, 6 * HOUR_S, DAY_S, 7 * DAY_S]
         ax.set_xticks(ticks, ["≤1s", "1m", "10m", "1h", "6h", "1d", "7d"])
-        ax.set_ylim(0, 1.01)
-        ax.set_title(panel, fontsize=9, loc="left")
+        ax.set_ylim(0, 1.03)  # (a curve at 1.0 from the start stays visible)
+        ax.xaxis.set_tick_params(labelbottom=True)
+        n = f" (n={counts.pop():,})" if len(counts) == 1 else ""  # the same workloads under every policy
+        panel_title(g, ax, f"{panel}{n}\np90: {' · '.join(p90s) or '–'}", fontsize=9)
         ax.set_xlabel("wait from submission to first start (log scale)", fontsize=8)
         ax.set_ylabel("share of workloads", fontsize=8)
-        ax.legend(fontsize=7, loc="lower right")
         ax.tick_params(labelsize=7)
-    fig.suptitle("queue waits (work still pending at the end counts with its wait so far)", x=0.01,
-                 ha="left", fontsize=11)
-    return fig
+    handles = [Line2D([], [], color=policy_color(p, j), label=p) for j, p in enumerate(logs)]
+    handles.append(Line2D([], [], color="grey", lw=0.6, ls=":", label="0.9 (the p90)"))
+    return finish_grid(g, "queue waits (work still pending at the end counts with its wait so far)", handles)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def preemptions_figure(logs: dict[str, RunLog], metrics: dict[str, dict]) -> Figure:
@@ -182,9 +169,9 @@ def preemptions_figure(logs: dict[str, RunLog], metrics: dict[str, dict]) -> Fig
                             fontsize=7)
         ax.set_ylim(0, top * 1.05)
         ax.set_ylabel(f"preemptions per {hours} h", fontsize=8)
-        ax.set_title(f"{policy}: {metrics[policy]['preemptions']} preemptions, "
-                     f"{drains['total']} drains ({drains['needing_human']} needing a human), "
-                     f"{metrics[policy]['node_failures']} node failures", fontsize=9, loc="left")
+        ax.set_title(f"{policy}: {_count(metrics[policy]['preemptions'], 'preemption')}, "
+                     f"{_count(drains['total'], 'drain')} ({drains['needing_human']} needing a human), "
+                     f"{_count(metrics[policy]['node_failures'], 'node failure')}", fontsize=9, loc="left")
         handles, _ = ax.get_legend_handles_labels()
         handles += [Line2D([], [], marker="v", ls="none", color="black", label="drain (automatic)"),
                     Line2D([], [], marker="v", ls="none", color="red", label="drain needing a human"),

@@ -72,7 +72,9 @@ def choose_view(end_s: float, total_rows: int, window: tuple[float, float] | Non
 def _workload_shades(base_rgb: np.ndarray, workload_ids: list[str]) -> np.ndarray:
     """Lighten or darken each workload's team colour by a stable hash of its id."""
     h = np.array([zlib.crc32(w.split("~")[0].encode()) for w in workload_ids], dtype=np.float64)
-    f = (h % 1000) / 1000 * 0.5 - 0.25  # -0.25 (darker) .. +0.25 (lighter): the hue stays the team's
+    # -0.12 (darker) .. +0.12 (lighter): the hue stays the team's; narrow, since the teams of a
+    # program are shades of one hue (style.team_colors)
+    f = (h % 1000) / 1000 * 0.24 - 0.12
     f = f[:, None]
     return np.where(f > 0, base_rgb + (1 - base_rgb) * f, base_rgb * (1 + f))
 

@@ -21,7 +21,7 @@ import numpy as np
 from ..durations import format_duration_s
 from . import figures, gantt, series, tables
 from .runlog import GpuRows, RunLog, fold_events, read_events
-from .style import HOUR_S, bin_hours, png_data_uri, team_colors
+from .style import HOUR_S, bin_hours, png_data_uri, program_colors, team_colors
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1450px; color: #222; }
@@ -32,6 +32,9 @@ table.metrics { border-collapse: collapse; font-size: .85em; margin: .5em 0; }
 table.metrics td, table.metrics th { border: 1px solid #ddd; padding: 2px 8px; }
 table.metrics th.metric { text-align: left; font-weight: normal; font-family: monospace; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; } td.ratio { color: #666; }
+.aside { color: #777; } td.miss { color: #b00; font-weight: bold; } td.target { color: #444; }
+table.headline { font-size: 1em; } table.headline td, table.headline th { padding: 4px 12px; }
+details { margin: 1em 0; } summary { cursor: pointer; font-weight: bold; }
 .settings { font-family: monospace; font-size: .85em; color: #444; }
 """
 
@@ -97,17 +100,22 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
     rows = GpuRows.from_scenario(scenario)
     ctx = _Context(rows, teams, {t: tree.nodes[t].fraction for t in teams}, team_colors(teams),
                    scenario.policy.lookback_window_s,
-                   gantt.choose_view(end_s, rows.total, window, max_gpu_rows) if with_events else None,
+                   gantt.choose_view(end_s, rows.total, window, max_gpu_rows) if with_events and end_s > 0 else None,
                    scenario.pools[0].gpus_per_node if len(scenario.pools) == 1 else None,
                    np.arange(0.0, end_s + 1, HOUR_S))
 
     parts = [f"<h1>timeshare simulation: {escape(scenario.name)}</h1>", _settings(scenario, metrics)]
     if missing:
         parts.append(f"<p><b>No events.jsonl for {escape(', '.join(missing))}</b>: only its metrics are shown.</p>")
-    parts += ["<h2>Metrics</h2>",
-              "<p>Every row of <code>metrics.json</code>, policy beside policy; the last columns divide the "
-              "first policy's value by each other's.</p>", tables.metrics_table(metrics)]
-    if with_events:
+    parts += ["<h2>Headline</h2>", tables.headline_table(metrics), _HEADLINE_NOTE,
+              '<details id="all-metrics"><summary>Every metric of <code>metrics.json</code>, policy beside '
+              "policy</summary><p>The last columns divide the first policy's value by each other's (beyond "
+              f"{tables.RATIO_MAX}× or below {tables.RATIO_MIN}× they show the bound).</p>",
+              tables.metrics_table(metrics), "</details>"]
+    if with_events and end_s <= 0:
+        parts.append("<p><b>Nothing ran</b>: the run is empty (no workload was submitted), so there is "
+                     "nothing to draw.</p>")
+    elif with_events:
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(with_events)))
         with _pool(jobs) as pool:
             policy_parts = dict(zip(with_events, _map(pool, _policy_part, [
@@ -136,7 +144,7 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
         parts += ["<h2>Queue waits</h2>", _figure(shared[2], (
             "Share of workloads (y) that waited at most x from submission to first start, per workload kind. "
             "Resubmissions are not counted; work never started counts with its wait until the end of the run. "
-            "The p90 and count in each legend are <code>queue_wait_s</code> of metrics.json."), "fig-waits")]
+            "The p90s and count in each panel's title are <code>queue_wait_s</code> of metrics.json."), "fig-waits")]
         parts += ["<h2>Preemptions and drains</h2>", _figure(shared[3], (
             "Preemptions per bin, stacked by reason (legend: totals from metrics.json). Triangles mark nodes "
             "reported unhealthy (drained as their work reaches its minimum runtime); red triangles are drains "
@@ -151,11 +159,17 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
     return out
 
 
+_HEADLINE_NOTE = (
+    '<p class="settings">Attainment counts funded work only (a workload with a minimum runtime on a team with '
+    "a budget): unallocated time is free capacity promised to no one. Targets are the issue's bounds; a "
+    "value in red misses its target. The all-work attainment (every workload counted as owed) is in the "
+    "full table and the Teams table, for comparison only.</p>")
+
 _DELIVERY_INTRO = (
-    "<p>Per team, GPU time delivered against what it was owed: owed(team, hour) = min(fraction x pool GPUs "
-    "x 1 h, GPU-hours its workloads asked for, pending or running). A program's owed is the sum of its "
-    "teams'. Attainment (in each title, from metrics.json) = sum of min(delivered, owed) / sum of owed, hour "
-    "by hour.</p>")
+    "<p>Per team, GPU time delivered against what its funded work was owed: owed(team, hour) = min(fraction "
+    "x pool GPUs x 1 h, GPU-hours its funded workloads asked for, pending or running); funded = a minimum "
+    "runtime > 0 on a team with a budget. A program's owed is the sum of its teams'. Attainment (in each "
+    "title, from metrics.json) = sum of min(delivered to funded work, owed) / sum of owed, hour by hour.</p>")
 
 
 @contextmanager
@@ -206,18 +220,17 @@ def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, te
                                 team_metrics.get(t, {}).get("owed_gpu_hours")) for t in teams]
     delivery = [_figure(png_data_uri(figures.delivery_figure(policy, th, teams, titles, hours,
                                                              [ctx.colors[t] for t in teams])),
-                        f"<b>{escape(policy)}</b>, per team: solid = delivered allocated GPU time, hatched = "
-                        f"delivered unallocated, black line = owed; mean GPUs over each {hours} h bin.",
+                        f"<b>{escape(policy)}</b>, per team: solid = GPU time delivered to funded work, hatched "
+                        "= delivered to other work (minimum runtime 0, owed to no one), black line = owed to "
+                        f"funded work; mean GPUs over each {hours} h bin.",
                         f"fig-delivery-{policy}")]
     prog = _program_hours(th, programs)
     ptitles = []
     for i, idx in enumerate(programs.values()):
-        got = series.attainment(prog.delivered[i], prog.owed[i])
-        ptitles.append(f"fraction {100 * sum(fractions[teams[j]] for j in idx):.1f}% · owed "
-                       f"{prog.owed[i].sum() / HOUR_S:,.0f} GPU-h · attainment "
-                       f"{'–' if got is None else f'{100 * got:.1f}%'}")
+        got = series.attainment(prog.funded[i], prog.owed[i])
+        ptitles.append(_attainment_title(sum(fractions[teams[j]] for j in idx), got, prog.owed[i].sum() / HOUR_S))
     delivery.append(_figure(png_data_uri(figures.delivery_figure(
-        policy, prog, list(programs), ptitles, hours, [ctx.colors[teams[idx[0]]] for idx in programs.values()])),
+        policy, prog, list(programs), ptitles, hours, [program_colors(teams)[p] for p in programs])),
         f"<b>{escape(policy)}</b>, per program (first path component; attainment here is computed from the "
         "summed team series, not a metrics.json field).", f"fig-delivery-programs-{policy}"))
 
@@ -233,17 +246,41 @@ def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, te
 
 def _attainment_title(fraction, got, owed_h) -> str:
     got_s = "–" if got is None else f"{100 * got:.1f}%"
-    return f"fraction {100 * fraction:.1f}% · owed {owed_h or 0:,.0f} GPU-h · attainment {got_s}"
+    return f"fraction {100 * fraction:.1f}% · owed {owed_h or 0:,.0f} GPU-h\nattainment (funded) {got_s}"
 
 
 def _program_hours(th: series.TeamHours, programs: dict[str, list[int]]) -> series.TeamHours:
     idx = list(programs.values())
-    return series.TeamHours(th.edges_s, np.array([th.allocated[i].sum(0) for i in idx]),
-                            np.array([th.unallocated[i].sum(0) for i in idx]),
+    return series.TeamHours(th.edges_s, np.array([th.funded[i].sum(0) for i in idx]),
+                            np.array([th.other[i].sum(0) for i in idx]),
                             np.array([th.owed[i].sum(0) for i in idx]),
+                            np.array([th.owed_all_work[i].sum(0) for i in idx]),
                             np.array([th.fraction[i].sum() for i in idx]))
 
 
 def load_results(out_dir: Path) -> dict[str, dict]:
-    """{policy: metrics} from a simulate output directory's metrics.json."""
-    return json.loads((Path(out_dir) / "metrics.json").read_text())
+    """{policy: metrics} from a simulate output directory's metrics.json (one written before
+    attainment counted funded work only is read with its keys renamed: upgrade_metrics)."""
+    results = json.loads((Path(out_dir) / "metrics.json").read_text())
+    return {policy: upgrade_metrics(m) for policy, m in results.items()}
+
+
+def upgrade_metrics(m: dict) -> dict:
+    """A metrics dict written before 2026-12-01, when ``attainment`` was the all-work figure and
+    ``attainment_funded`` the funded one, with today's keys: the funded figure as ``attainment``,
+    the all-work one as ``attainment_all_work`` (per team likewise; the funded GPU-hours delivered
+    were not recorded then: None). A current dict is returned as it is."""
+    if "attainment_funded" not in m:
+        return m
+    m = dict(m)
+    m["attainment_all_work"] = m.pop("attainment")
+    m["attainment"] = m.pop("attainment_funded")
+    teams = {}
+    for name, t in m["teams"].items():
+        teams[name] = {"fraction": t["fraction"], "owed_gpu_hours": t.get("funded_owed_gpu_hours"),
+                       "delivered_gpu_hours": None, "attainment": t.get("funded_attainment"),
+                       "owed_all_work_gpu_hours": t["owed_gpu_hours"],
+                       "delivered_all_work_gpu_hours": t["delivered_gpu_hours"],
+                       "attainment_all_work": t["attainment"]}
+    m["teams"] = teams
+    return m

@@ -61,6 +61,8 @@ class RunLog:
     seg_t0_s: np.ndarray = None
     seg_t1_s: np.ndarray = None
     seg_allocated: np.ndarray = None
+    #: the workload asks for a minimum runtime (funded when its team also has a budget)
+    seg_min_runtime: np.ndarray = None
     #: from here to t1 the segment could be interrupted (= t1 when it never could)
     seg_interruptible_from_s: np.ndarray = None
     seg_end: np.ndarray = None  # index into END_KINDS
@@ -75,6 +77,7 @@ class RunLog:
     demand_delta: np.ndarray = None
     demand_team: np.ndarray = None
     demand_pool: np.ndarray = None
+    demand_min_runtime: np.ndarray = None  # the workload asks for a minimum runtime
     # preemptions
     preempt_t_s: np.ndarray = None
     preempt_reason: list[str] = field(default_factory=list)
@@ -91,6 +94,7 @@ class _Spec(msgspec.Struct):
     gpu_type: str
     gpus: int
     kind: str = "other"
+    min_runtime_s: int = 0
 
 
 class _Reason(msgspec.Struct):
@@ -196,14 +200,14 @@ def fold_events(events, policy: str, end_s: float, teams: list[str], rows: GpuRo
     kinds: dict[str, int] = {}
 
     seg_wid, seg_team, seg_pool, seg_gpus, seg_t0, seg_t1 = [], [], [], [], [], []
-    seg_alloc, seg_int_from, seg_end = [], [], []
+    seg_alloc, seg_min_rt, seg_int_from, seg_end = [], [], [], []
     row_seg, gpu_row = [], []
     open_seg: dict[str, int] = {}
     spec_of: dict[str, object] = {}
     submit_s: dict[str, float] = {}
     resubmit: dict[str, bool] = {}
     first_wait: dict[str, float] = {}
-    d_t, d_delta, d_team, d_pool = [], [], [], []
+    d_t, d_delta, d_team, d_pool, d_min_rt = [], [], [], [], []
     p_t, p_reason = [], []
     node_events = []
 
@@ -220,6 +224,7 @@ def fold_events(events, policy: str, end_s: float, teams: list[str], rows: GpuRo
         d_delta.append(-spec.gpus)
         d_team.append(team_idx[spec.project])
         d_pool.append(pool_idx[spec.gpu_type])
+        d_min_rt.append(spec.min_runtime_s > 0)
 
     for e in events:
         t = e.at_ms / 1000
@@ -236,6 +241,7 @@ def fold_events(events, policy: str, end_s: float, teams: list[str], rows: GpuRo
             seg_t0.append(t)
             seg_t1.append(end_s)
             seg_alloc.append(e.allocated)
+            seg_min_rt.append(spec_of[wid].min_runtime_s > 0)
             if e.non_preemptible:
                 seg_int_from.append(float("inf"))  # baseline opt-out: never interruptible
             elif e.protected_until_ms is not None:
@@ -260,6 +266,7 @@ def fold_events(events, policy: str, end_s: float, teams: list[str], rows: GpuRo
             d_delta.append(spec.gpus)
             d_team.append(team_idx[spec.project])
             d_pool.append(pool_idx[spec.gpu_type])
+            d_min_rt.append(spec.min_runtime_s > 0)
         elif typ is ev.WorkloadPreempted:
             close(e.workload_id, t, "preempted")
             p_t.append(t)
@@ -298,12 +305,13 @@ def fold_events(events, policy: str, end_s: float, teams: list[str], rows: GpuRo
         policy=policy, end_s=end_s, teams=teams, kinds=kind_names,
         seg_workload=seg_wid, seg_team=np.array(seg_team, i32), seg_pool=np.array(seg_pool, i32),
         seg_gpus=np.array(seg_gpus, i32), seg_t0_s=np.array(seg_t0, f64), seg_t1_s=np.array(seg_t1, f64),
-        seg_allocated=np.array(seg_alloc, bool),
+        seg_allocated=np.array(seg_alloc, bool), seg_min_runtime=np.array(seg_min_rt, bool),
         seg_interruptible_from_s=np.array(seg_int_from, f64), seg_end=np.array(seg_end, np.int8),
         row_seg=np.array(row_seg, i32), gpu_row=np.array(gpu_row, i32),
         wait_s=np.array(waits, f64), wait_kind=np.array(wait_kind, i32),
         demand_t_s=np.array(d_t, f64), demand_delta=np.array(d_delta, f64),
         demand_team=np.array(d_team, i32), demand_pool=np.array(d_pool, i32),
+        demand_min_runtime=np.array(d_min_rt, bool),
         preempt_t_s=np.array(p_t, f64), preempt_reason=p_reason, node_events=node_events, pools=pools,
     )
 

@@ -50,40 +50,51 @@ def _segments_as_rates(log: RunLog, mask: np.ndarray, start_s: np.ndarray | None
 
 @dataclass
 class TeamHours:
-    """Hourly GPU-seconds per team (rows = teams, columns = hours of the run)."""
+    """Hourly GPU-seconds per team (rows = teams, columns = hours of the run).
+
+    Funded work is a workload with a minimum runtime > 0 on a team with a budget: ``owed``
+    and ``funded`` count it alone (what attainment counts), ``owed_all_work`` every workload."""
 
     edges_s: np.ndarray
-    allocated: np.ndarray
-    unallocated: np.ndarray
-    owed: np.ndarray
+    funded: np.ndarray  # delivered to funded work
+    other: np.ndarray  # delivered to the rest (min runtime 0, or no budget): owed to no one
+    owed: np.ndarray  # owed to funded work
+    owed_all_work: np.ndarray  # owed counting every workload (shown, never a target)
     fraction: np.ndarray  # per team
 
     @property
     def delivered(self) -> np.ndarray:
-        return self.allocated + self.unallocated
+        return self.funded + self.other
 
 
 def team_hours(log: RunLog, fractions: dict[str, float], pool_gpus: dict[str, int]) -> TeamHours:
-    """Delivered (allocated / unallocated) and owed GPU-s per team and hour.
+    """Delivered (funded / other) and owed GPU-s per team and hour.
 
-    owed(team, hour) = sum over pools of min(fraction x pool GPUs x 1 h, GPU-s asked for in
-    that hour, pending or running) -- the definition metrics.py uses for attainment."""
+    owed(team, hour) = sum over pools of min(fraction x pool GPUs x 1 h, GPU-s its funded work
+    asked for in that hour, pending or running) -- the definition metrics.py uses for
+    attainment; ``owed_all_work`` the same with every workload asking."""
     edges = hour_edges(log.end_s)
     n_t, n_h = len(log.teams), len(edges) - 1
-    alloc = np.zeros((n_t, n_h))
-    unalloc = np.zeros((n_t, n_h))
+    funded = np.zeros((n_t, n_h))
+    other = np.zeros((n_t, n_h))
     owed = np.zeros((n_t, n_h))
+    owed_all = np.zeros((n_t, n_h))
     for ti, team in enumerate(log.teams):
+        budgeted = fractions[team] > 0
         mine = log.seg_team == ti
-        t, d = _segments_as_rates(log, mine & log.seg_allocated)
-        alloc[ti] = binned(t, d, edges)
-        t, d = _segments_as_rates(log, mine & ~log.seg_allocated)
-        unalloc[ti] = binned(t, d, edges)
+        is_funded = log.seg_min_runtime if budgeted else np.zeros(len(log.seg_team), bool)
+        t, d = _segments_as_rates(log, mine & is_funded)
+        funded[ti] = binned(t, d, edges)
+        t, d = _segments_as_rates(log, mine & ~is_funded)
+        other[ti] = binned(t, d, edges)
         for pi, pool in enumerate(log.pools):
+            entitled = fractions[team] * pool_gpus[pool] * HOUR_S
             m = (log.demand_team == ti) & (log.demand_pool == pi)
-            asked = binned(log.demand_t_s[m], log.demand_delta[m], edges)
-            owed[ti] += np.minimum(fractions[team] * pool_gpus[pool] * HOUR_S, asked)
-    return TeamHours(edges, alloc, unalloc, owed, np.array([fractions[t] for t in log.teams]))
+            owed_all[ti] += np.minimum(entitled, binned(log.demand_t_s[m], log.demand_delta[m], edges))
+            if budgeted:
+                m &= log.demand_min_runtime
+                owed[ti] += np.minimum(entitled, binned(log.demand_t_s[m], log.demand_delta[m], edges))
+    return TeamHours(edges, funded, other, owed, owed_all, np.array([fractions[t] for t in log.teams]))
 
 
 def attainment(delivered_gpu_s: np.ndarray, owed_gpu_s: np.ndarray) -> float | None:

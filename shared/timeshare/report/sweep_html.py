@@ -11,17 +11,18 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..durations import format_duration_s
-from .style import png_data_uri, policy_color
+from .style import finish_grid, panel_title, png_data_uri, policy_color
+from .style import grid as layout_grid
 from .sweep import METRIC_COLUMNS, SweepResult
 
 _LABELS = {
     "occupancy": "occupancy", "unallocated_share": "unallocated share of delivered",
-    "attainment_fleet": "attainment, fleet", "attainment_min_team": "attainment, worst team",
+    "attainment_fleet": "attainment (funded), fleet", "attainment_min_team": "attainment (funded), worst team",
     "debug_p90_wait_s": "debug p90 wait", "p90_wait_s": "p90 wait (all)", "preemptions": "preemptions",
     "wasted_gpu_hours": "wasted GPU-hours", "drains_needing_human": "drains needing a human",
-    "wall_s": "simulation wall time (s)",
+    "attainment_all_work_fleet": "all-work attainment, fleet (no target)", "wall_s": "simulation wall time (s)",
 }
-_PCT = {"occupancy", "unallocated_share", "attainment_fleet", "attainment_min_team"}
+_PCT = {"occupancy", "unallocated_share", "attainment_fleet", "attainment_min_team", "attainment_all_work_fleet"}
 _DURATION = {"debug_p90_wait_s", "p90_wait_s"}
 
 _CSS = """
@@ -73,16 +74,11 @@ def param_figure(param: str, grid: dict[str, list[str]], results: list[SweepResu
     policies = list(dict.fromkeys(r.point.policy for r in results))
     groups = [(pol, combo) for pol in policies for combo in itertools.product(*(grid[k] for k in others))]
     xs = np.arange(len(grid[param]))
-    ncols = 4
-    nrows = -(-len(cols) // ncols)
-    fig = Figure(figsize=(4.0 * ncols, 2.9 * nrows + 0.7), dpi=100)
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    fig.subplots_adjust(left=0.05, right=0.99, top=1 - 0.7 / (2.9 * nrows + 0.7), bottom=0.08, wspace=0.3,
-                        hspace=0.55)
+    g = layout_grid(len(cols), ncols=4, w=4.0, h=2.9, hspace=0.55)
     by_key = {(r.point.policy, tuple(r.point.settings[k] for k in others), r.point.settings[param]): r
               for r in results}
     collapse = len(groups) > 8
-    for ax, col in zip(axes, cols):
+    for ax, col in zip(g.axes, cols):
         scale = 100 if col in _PCT else (1 / 3600 if col in _DURATION else 1)
         for gi, (pol, combo) in enumerate(groups):
             ys = []
@@ -106,17 +102,13 @@ def param_figure(param: str, grid: dict[str, list[str]], results: list[SweepResu
                 ax.plot(xs, np.nanmedian(mat, 0), marker="o", color=policy_color(pol, pi), label=f"{pol} median")
                 ax.fill_between(xs, np.nanmin(mat, 0), np.nanmax(mat, 0), color=policy_color(pol, pi), alpha=0.2)
         ax.set_xticks(xs, grid[param], fontsize=8)
+        ax.xaxis.set_tick_params(labelbottom=True)
         ax.set_xlabel(param, fontsize=8)
         unit = " (%)" if col in _PCT else (" (h)" if col in _DURATION else "")
-        ax.set_title(_LABELS[col] + unit, fontsize=9, loc="left")
+        panel_title(g, ax, _LABELS[col] + unit, fontsize=9)
         ax.tick_params(labelsize=7)
-    for ax in axes[len(cols):]:
-        ax.set_visible(False)
-    handles, labels = axes[0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="upper right", ncols=min(4, len(handles)), fontsize=8, frameon=False)
-    fig.suptitle(f"headline metrics against {param}", x=0.01, ha="left", fontsize=11)
-    return fig
+    handles, _ = g.axes[0].get_legend_handles_labels()
+    return finish_grid(g, f"headline metrics against {param}", handles)
 
 
 def write_sweep_html(path: Path, scenario_path: str, grid: dict[str, list[str]], results: list[SweepResult],

@@ -5,10 +5,13 @@
 * queue waits: submit -> first start per workload; requeue waits (requeue or resubmission ->
   next start) are reported apart. Work still pending at the end counts with the wait so far
   (censored), so starved work is not hidden;
-* owed(team, hour) = min(fraction x pool GPUs x 1 h, GPU-h the team's workloads asked for in
-  that hour, pending or running); attainment = sum of min(delivered, owed) / sum of owed;
-  ``attainment_funded`` counts only funded workloads (min runtime > 0 on a budget) as asking
-  and as delivered, under every policy: what the budgets themselves promise;
+* attainment counts funded work only (a workload with a minimum runtime > 0 on a team with a
+  budget), under every policy: unallocated time is free capacity promised to no one.
+  owed(team, hour) = min(fraction x pool GPUs x 1 h, GPU-h the team's funded workloads asked
+  for in that hour, pending or running); delivered = GPU-h its funded workloads ran;
+  attainment = sum of min(delivered, owed) / sum of owed. ``attainment_all_work`` (and per team
+  ``attainment_all_work``, ``owed_all_work_gpu_hours``, ``delivered_all_work_gpu_hours``) is the
+  same counting every workload as asking and as delivered: shown for comparison, never a target;
 * a drain needs a human when its node could not be emptied within the cap on minimum runtime
   without ending work the policy forbids preempting.
 """
@@ -233,11 +236,13 @@ class MetricsCollector:
             self.out_of_service.discard(e.node)
             self.in_service.change(self.node_pool[e.node], t, self.node_gpus[e.node])
 
-    def _attainment(self, delivered: _Rates, demand: _Rates) -> dict:
-        teams = {}
+    def _attainment(self, delivered: _Rates, demand: _Rates) -> tuple[dict[str, dict], dict]:
+        """Per team and fleet-wide: owed and delivered GPU-hours and attainment of one counting."""
+        teams: dict[str, dict] = {}
         owed_total = got_total = 0.0
+        rated: list[float] = []
         for leaf in self.tree.leaves:
-            owed_h = got_h = 0.0
+            owed_h = delivered_h = got_h = 0.0
             fraction = self.tree.nodes[leaf].fraction
             for pool, gpus in self.pool_gpus.items():
                 entitled = fraction * gpus * HOUR_S
@@ -246,10 +251,21 @@ class MetricsCollector:
                     owed = min(entitled, asked)
                     owed_h += owed
                     got_h += min(d_bins.get(h, 0.0), owed)
-            teams[leaf] = (owed_h, got_h)
+                delivered_h += sum(d_bins.values())
             owed_total += owed_h
             got_total += got_h
-        return {"teams": teams, "owed": owed_total, "got": got_total}
+            attainment = round(got_h / owed_h, 6) if owed_h else None
+            if attainment is not None:
+                rated.append(attainment)
+            teams[leaf] = {"owed_gpu_hours": round(owed_h / HOUR_S, 3),
+                           "delivered_gpu_hours": round(delivered_h / HOUR_S, 3), "attainment": attainment}
+        fleet = {
+            "fleet": round(got_total / owed_total, 6) if owed_total else None,
+            "min_team": min(rated) if rated else None,
+            "teams_at_or_above_95": sum(1 for a in rated if a >= 0.95),
+            "teams": len(rated),
+        }
+        return teams, fleet
 
     def _out_of_service(self, node: str, t: float) -> None:
         if node not in self.out_of_service:
@@ -280,33 +296,22 @@ class MetricsCollector:
         for wid, t in self.requeued_at.items():
             self.requeue_waits.append(end_s - t)
 
-        teams = {}
-        owed_total = got_total = 0.0
+        funded_teams, funded = self._attainment(self.delivered_funded, self.demand_funded)
+        all_teams, all_work = self._attainment(self.delivered, self.demand)
+        teams: dict[str, dict] = {}
         for leaf in self.tree.leaves:
-            owed_h = delivered_h = got_h = 0.0
-            fraction = self.tree.nodes[leaf].fraction
-            for pool, gpus in self.pool_gpus.items():
-                entitled = fraction * gpus * HOUR_S
-                d_bins = self.delivered.bins.get((leaf, pool), {})
-                for h, asked in self.demand.bins.get((leaf, pool), {}).items():
-                    owed = min(entitled, asked)
-                    owed_h += owed
-                    got_h += min(d_bins.get(h, 0.0), owed)
-                delivered_h += sum(d_bins.values())
-            owed_total += owed_h
-            got_total += got_h
+            f, a = funded_teams[leaf], all_teams[leaf]
             teams[leaf] = {
-                "fraction": round(fraction, 6),
-                "owed_gpu_hours": round(owed_h / HOUR_S, 3),
-                "delivered_gpu_hours": round(delivered_h / HOUR_S, 3),
-                "attainment": round(got_h / owed_h, 6) if owed_h else None,
+                "fraction": round(self.tree.nodes[leaf].fraction, 6),
+                # funded work only: what the budgets promise (the target)
+                "owed_gpu_hours": f["owed_gpu_hours"],
+                "delivered_gpu_hours": f["delivered_gpu_hours"],
+                "attainment": f["attainment"],
+                # every workload, unallocated ones included: shown, never a target
+                "owed_all_work_gpu_hours": a["owed_gpu_hours"],
+                "delivered_all_work_gpu_hours": a["delivered_gpu_hours"],
+                "attainment_all_work": a["attainment"],
             }
-        funded = self._attainment(self.delivered_funded, self.demand_funded)
-        for leaf, (owed_h, got_h) in funded["teams"].items():
-            teams[leaf]["funded_owed_gpu_hours"] = round(owed_h / HOUR_S, 3)
-            teams[leaf]["funded_attainment"] = round(got_h / owed_h, 6) if owed_h else None
-        rated = [v["attainment"] for v in teams.values() if v["attainment"] is not None]
-        rated_funded = [v["funded_attainment"] for v in teams.values() if v["funded_attainment"] is not None]
         in_service_gpu_s = sum(sum(b.values()) for b in self.in_service.bins.values())
         return {
             "occupancy": round(self.busy_gpu_s / in_service_gpu_s, 6) if in_service_gpu_s else 0.0,
@@ -323,20 +328,11 @@ class MetricsCollector:
             "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
             "wasted_gpu_hours": round(self.wasted_gpu_s / HOUR_S, 3),
             "teams": teams,
-            "attainment": {
-                "fleet": round(got_total / owed_total, 6) if owed_total else None,
-                "min_team": min(rated) if rated else None,
-                "teams_at_or_above_95": sum(1 for a in rated if a >= 0.95),
-                "teams": len(rated),
-            },
-            # the same counting only funded workloads (min runtime > 0 on a budget), asked for
-            # and delivered: what the budgets promise
-            "attainment_funded": {
-                "fleet": round(funded["got"] / funded["owed"], 6) if funded["owed"] else None,
-                "min_team": min(rated_funded) if rated_funded else None,
-                "teams_at_or_above_95": sum(1 for a in rated_funded if a >= 0.95),
-                "teams": len(rated_funded),
-            },
+            # funded work only (min runtime > 0 on a budget), asked for and delivered: what the
+            # budgets promise, and the target
+            "attainment": funded,
+            # the same counting every workload: shown for comparison, never a target
+            "attainment_all_work": all_work,
             "drains": {"total": self.drains, "needing_human": self.drains_needing_human},
             "node_failures": self.node_failures,
             "workloads": {"submitted": len(self.specs), "completed": self.completed,
