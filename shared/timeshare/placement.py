@@ -88,7 +88,7 @@ def find_victims(
         taken_ids: list[str] = []
         got = free
         worst: tuple = ()
-        lost: float = 0
+        lost: Seconds = 0
         freed = 0  # GPUs the victims free elsewhere
         used: dict[str, int] | None = {} if caps is not None else None
         for c, n in candidates:
@@ -181,9 +181,9 @@ def _find_gang(state: SchedulerState, pool: Pool, gpus: int, may_preempt: Callab
         for wid in victims:
             group = caps(workloads[wid])
             if group is not None:
-                name, most = group
+                name, may_lose = group
                 used[name] = used.get(name, 0) + workloads[wid].gpus
-                if used[name] > most:
+                if used[name] > may_lose:
                     if capped is not None:
                         capped.append(True)
                     return None  # the cheapest nodes would take more than a group may lose

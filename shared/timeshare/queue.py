@@ -16,15 +16,17 @@ Limit = Callable[[], float]
 
 
 class LeafQueue:
-    __slots__ = ("by_size", "count")
+    __slots__ = ("by_size", "count", "version")
 
     def __init__(self) -> None:
         self.by_size: dict[int, list[Key]] = {}
         self.count = 0
+        self.version = 0  # moves on every change: a walk re-finds its place only then
 
     def add(self, gpus: int, key: Key) -> None:
         insort(self.by_size.setdefault(gpus, []), key)
         self.count += 1
+        self.version += 1
 
     def remove(self, gpus: int, key: Key) -> None:
         keys = self.by_size[gpus]
@@ -35,6 +37,7 @@ class LeafQueue:
         if not keys:
             del self.by_size[gpus]
         self.count -= 1
+        self.version += 1
 
     def min_gpus(self) -> int:
         return min(self.by_size) if self.by_size else 0
@@ -62,9 +65,12 @@ def walk(queues: list[LeafQueue], limit: Union[Limit, list[Limit]]) -> Iterator[
     groups = [(g, keys, qi) for qi, q in enumerate(queues) for g, keys in q.by_size.items()]
     n = len(groups)
     last: list[Key | None] = [None] * n
-    #: per group, the index just past its last yielded key while that key is still there
-    #: (checked by identity: keys are unique), so most steps need no binary search
+    #: per group, the index of its next key, valid while its queue's version is the one seen
+    #: and the group was never kept out (so its next key lies beyond the cursor): most steps
+    #: need no binary search and no key comparison with the cursor
     resume = [0] * n
+    seen_by_group = [queues[qi].version for _, _, qi in groups]
+    ahead = [True] * n
     limits = limit if isinstance(limit, (list, tuple)) else None
     one = None if isinstance(limit, (list, tuple)) else limit
     bounds: list[float] = [0.0] * (len(limits) if limits is not None else 0)
@@ -82,16 +88,20 @@ def walk(queues: list[LeafQueue], limit: Union[Limit, list[Limit]]) -> Iterator[
         for i in range(n):
             g, keys, qi = groups[i]
             if g >= (bounds[qi] if limits is not None else bound) or not keys:
+                ahead[i] = False  # kept out (or empty) while the walk may move past it
                 continue
-            after = last[i]
-            if after is not cursor and cursor is not None and (after is None or after < cursor):
-                c = bisect_right(keys, cursor)  # it was kept out while the walk went past
-            elif after is None:
-                c = 0
-            else:
+            version = queues[qi].version
+            if ahead[i] and seen_by_group[i] == version:
                 c = resume[i]
-                if not (0 < c <= len(keys) and keys[c - 1] is after):
-                    c = bisect_right(keys, after)
+            else:
+                # find its place again: just past its last key and past the cursor
+                after = last[i]
+                if cursor is not None and (after is None or after < cursor):
+                    after = cursor
+                c = bisect_right(keys, after) if after is not None else 0
+                resume[i] = c
+                seen_by_group[i] = version
+                ahead[i] = True
             if c < len(keys):
                 k = keys[c]
                 if best is None or k < best:

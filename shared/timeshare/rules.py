@@ -38,6 +38,7 @@ import math
 
 from .fairshare import FairShareView
 from .tree import AllocationTree
+from .units import Seconds
 
 #: no victim of this subtree may go
 NONE: int = -1
@@ -126,13 +127,13 @@ def credit_victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, min
     return view.running_at(bi), NONE
 
 
-def victim_cost(allocated: bool, lost_gpu_s: float, victim_side_fill: float, workload_id: str) -> tuple:
+def victim_cost(allocated: bool, lost_gpu_s: Seconds, victim_side_fill: float, workload_id: str) -> tuple:
     """Order of victims on a node, cheapest first: unallocated work, then the least progress
     lost, then the subtree running most for its due share, then id."""
     return (1 if allocated else 0, lost_gpu_s, -victim_side_fill, workload_id)
 
 
-def node_rank(worst: tuple, freed_beyond: int, lost_gpu_s: float, victims: int, node_index: int) -> tuple:
+def node_rank(worst: tuple, freed_beyond: int, lost_gpu_s: Seconds, victims: int, node_index: int) -> tuple:
     """Order of candidate nodes for a request of at most one node, best first: no allocated
     victim; then the least progress lost, in GPU-seconds (an 8-GPU gang loses eight times what
     a 1-GPU workload loses per second since its checkpoint, so a smaller victim that frees

@@ -50,8 +50,8 @@ def drain_blocked_until_s(w: Workload, now_s: Seconds) -> Seconds:
 
 
 class BudgetPolicy:
-    """The budget policy. ``reference=True`` runs the same rules with every cache off: no quick
-    pass, no memo of failed searches, no walk limits, no reservation times kept between passes.
+    """The budget policy. ``reference=True`` runs the same rules with every cache off: no memo of
+    failed searches, no walk limits, no reservation times kept between passes, no early outs.
     It decides exactly as the cached policy does (a property test compares their event streams)
     and exists to prove that: every cache only skips work the rules would refuse anyway."""
 
@@ -139,9 +139,31 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     workloads = state.workloads
     queues = state.queues
     fresh = state.fresh_pending[gpu_type]
-    # (a "quick pass" that looked only at work submitted since the last node change used to
-    # live here: fills move with time, so older requests it skipped could have started; it
-    # changed decisions, so it went)
+    # whether any request of this pass asks for allocated time: only those consult the
+    # reservation (phase 3, and excluded_for in phase 4)
+    any_allocated = True
+    if pool.change_seq == state.pass_seq.get(gpu_type) and not state.tree_changed:
+        # rule "quick pass" (Slurm's quick scheduling of new jobs between full passes): when no
+        # node of the pool changed since the last pass (no start, stop, end of a protection,
+        # cordon or repair) and the tree did not change, the pass looks only at work submitted
+        # or requeued since. Everything older was turned down then; it is looked at again at the
+        # next change (fills drift with the window in between, so this is a rule, not a cache:
+        # the reference mode applies it too). A quick pass that preempts changes nodes, so the
+        # pass that follows it at once is a full one.
+        queues = {}
+        any_allocated = False
+        for wid in fresh:
+            w = workloads[wid]
+            if w.state == PENDING:
+                if w.queue_class == "a":
+                    any_allocated = True
+                q = queues.get((gpu_type, w.leaf, w.queue_class))
+                if q is None:
+                    q = queues[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
+                q.add(w.gpus, w.key)
+        if not queues:
+            fresh.clear()
+            return out
     fresh.clear()
     view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s, config.catch_up)
 
@@ -171,7 +193,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     fit_limit = pool.fit_limit()
     open_limit = pool.open_limit()
     # over all pending work: the most deserving gang's nodes (reservation.py)
-    reservation = plan_reservation(state, pool, view, now_s, victims_for, cached=cached)
+    reservation = plan_reservation(state, pool, view, now_s, victims_for, cached=cached) if any_allocated else None
 
     def excluded_for(w: Workload) -> frozenset[int]:
         """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
@@ -225,7 +247,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         key, gpus = item
         w = workloads[key[2]]
         if w.state != PENDING:
-            continue
+            continue  # a quick pass's copy of a workload that already started
         if gpus > turn.room and not credit_allows(view, tree, leaf, len(path_index[leaf]) - 1, gpus, w.min_runtime_s):
             continue  # beyond its due share and its window credit: phase 4's
         exclude = excluded_for(w)
@@ -539,7 +561,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                      victims_of: dict[str, tuple[str, str, int, int, int]], now_s: Seconds, exclude: frozenset[int],
                      reservation: Reservation | None, unallocated_from: dict[str, tuple[str, str]] | None = None,
                      unallocated_mask: int = 0, memo_space: str = "in", cached: bool = True,
-                     capped: list[bool] | None = None) -> tuple[list[Node], list[Workload], dict[str, tuple[str, str]]] | None:
+                     capped: list[bool] | None = None,
+                     ) -> tuple[list[Node], list[Workload], dict[str, tuple[str, str, int, int, int]]] | None:
     """Victims that make room for ``w``, or None. Remembers failures per leaf: with the same
     victims allowed (and the same reservation kept out), a failed search is redone only on
     nodes that changed since.
