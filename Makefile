@@ -5,7 +5,10 @@ PYTHON ?= python3
 
 .PHONY: setup run simulate test test-fast bench compiled bench-live bench-report schemas clean
 
+# also builds the compiled core (mypyc) that `timeshare simulate` uses when it exists; without a
+# C compiler it says so and everything runs in pure Python
 setup: .venv/.installed
+	@$(PY) benchmarks/compiled.py >/dev/null 2>&1 || echo "note: the compiled core could not be built; timeshare simulate runs pure Python"
 
 .venv/.installed: pyproject.toml
 	$(PYTHON) -m venv .venv

@@ -257,12 +257,29 @@ class Report:
         line("pass time slowest", self.pair(worst[0], worst[1], "{:.1f}", " ms"), "target <= 20 ms")
 
 
+def reference_mode(days: str) -> None:
+    """The budget policy with every cache off (the readable reference of the same rules) against
+    the cached policy, both pure Python, on the first days of the built-in month: their times,
+    and whether their events are identical (they must be)."""
+    overrides = {"duration": days}
+    cached = measure(None, {"kind": "scenario", "path": str(AI2_LIKE), "policy": "budget", "overrides": overrides})
+    reference = measure(None, {"kind": "scenario", "path": str(AI2_LIKE), "policy": "budget-reference",
+                               "overrides": overrides})
+    wc, wr = cached["metrics"]["sim"]["wall_s"], reference["metrics"]["sim"]["wall_s"]
+    print(f"\nreference mode (every cache off), pure Python, first {days} of the built-in month:")
+    line("[budget] cached / reference wall time", f"{wc:.2f} s / {wr:.2f} s", f"caches save {wr / wc:.1f}x")
+    same = "identical" if cached["sha256"] == reference["sha256"] else "DIFFERENT (a cache changed a decision)"
+    line("[budget] events, cached vs reference", f"{cached['events']}", same)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 simulated days instead of 30")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--no-pure", action="store_true", help="the compiled core only")
     parser.add_argument("--no-compiled", action="store_true", help="pure Python only (no C compiler needed)")
+    parser.add_argument("--reference-days", default="1d",
+                        help="simulated time of the reference-mode run (every cache off, ~90x slower; default 1d)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -288,6 +305,7 @@ def main() -> int:
     else:
         print(f"\n(skipping the contended Philly scenario: {PHILLY} not found)")
     report.one_pass(10_000, 5)
+    reference_mode(args.reference_days)
     print(f"\nmachine reference: 10M-iteration Python loop {loop_reference_s():.2f} s")
     if report.mismatches:
         print("\nCOMPILED CORE DIFFERS FROM PURE PYTHON (a bug in the compiled build; see benchmarks/compiled.py):",
