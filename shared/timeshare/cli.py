@@ -83,7 +83,8 @@ def _run_compiled_if_built(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in _HEAVY:
+    command = getattr(args, "command", None)  # (a subcommand may use the name for its own list)
+    if isinstance(command, str) and command in _HEAVY:
         _run_compiled_if_built(list(sys.argv[1:] if argv is None else argv))
     return int(args.func(args) or 0)
 

@@ -1,22 +1,27 @@
 """One scheduling pass of the budget policy: snapshot -> order -> fit or preempt -> events.
 
-Phases of a pass (a pure function of the state and ``now_s``; see fairshare.py for fills):
+Phases of a pass (a pure function of the state and ``now_s``; the rules it applies are the
+named functions of rules.py, listed with why preemption cannot loop in docs/preemption-rules.md;
+fills and due shares come from fairshare.py):
 
 1. protection: allocated work whose minimum runtime ended becomes preemptible
    (``workload.min_runtime_reached``);
 2. drains: on cordoned nodes, work that may end now is preempted; empty nodes are drained;
-3. per GPU type, allocated requests *within due shares*, the most deserving leaf first (re-
-   picked after every start): start on free GPUs, else preempt the cheapest eligible victims
-   (unallocated work, or allocated work past its minimum runtime of a subtree running above
-   its due share, see ``_victims_for``), respecting a gang reservation;
+3. per GPU type, allocated requests *within due shares* (rules.room_by_depth) or owed by
+   window credit (rules.credit_allows), the most deserving leaf first (re-picked after every
+   start): start on free GPUs, else preempt the cheapest eligible victims (unallocated work, or
+   allocated work past its minimum runtime that rules.victim_cap_gpus or
+   rules.credit_victim_cap_gpus allows), respecting a gang reservation;
 4. per GPU type, everything else (unallocated requests, allocated requests beyond due
    shares), ordered by all GPUs each subtree runs against its due share; allocated requests
    may preempt any unallocated work (or, with ``unallocated_preemption = "fair"``, their own
    team's, richer subtrees' and any while they stay near their due share), unallocated
-   requests only that of richer subtrees.
+   requests only that of subtrees that stay richer (``_stays_richer``).
 
-Victims: unallocated first, then the least deserving, then the least progress lost, then id.
-A pass with no node changed since the previous one only looks at work that arrived since.
+A pass walks each queue once; one that preempted is followed at once by another. When no node
+changed since the last pass, a pass looks only at work that arrived since (the quick pass, a
+rule). Everything else kept between passes (memos of failed searches, walk limits, reservation
+times) is a cache: ``BudgetPolicy(reference=True)`` turns them off and decides identically.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from .fairshare import FairShareView
 from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .reservation import Reservation, plan_reservation
-from .rules import NONE, RULE_CREDIT, RULE_DUE_SHARE, RULE_UNALLOCATED, credit_allows, credit_victim_cap_gpus, room_by_depth, victim_cap_gpus, victim_cost
+from .rules import (NONE, RULE_CREDIT, RULE_DUE_SHARE, RULE_UNALLOCATED, credit_allows, credit_victim_cap_gpus,
+                    room_by_depth, victim_cap_gpus, victim_cost)
 from .state import PENDING, SchedulerState, Workload
 from .tree import AllocationTree
 from .units import Seconds
@@ -399,7 +405,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         for v in victims:
             a, b = richer[v.leaf]
             reason = ev.PreemptionReason(
-                kind="unallocated", rule=RULE_UNALLOCATED, by_workload_id=w.id, by_project=w.leaf, preemptor_subtree=a, victim_subtree=b,
+                kind="unallocated", rule=RULE_UNALLOCATED, by_workload_id=w.id, by_project=w.leaf,
+                preemptor_subtree=a, victim_subtree=b,
                 preemptor_fill=round(total(a, gpus), 6), victim_fill=round(total(b), 6),
                 message=(f"{v.id} ran on unallocated time ({b} ran {total(b):.0%} of its due share in all); "
                      + (f"{w.id} ({w.leaf}) asked for allocated time" if allocated else
@@ -512,7 +519,8 @@ class _VictimRules:
     __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
                  "allocated_side")
 
-    def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, tuple[str, str, int, int, int]],
+    def __init__(self, state: SchedulerState, view: FairShareView, leaf: str,
+                 victims_of: dict[str, tuple[str, str, int, int, int]],
                  unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds):
         self.state = state
         self.view = view
@@ -600,7 +608,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         state.victim_memo[(gpu_type, leaf, "gang", memo_space)] = (pool.change_seq, eligible_key, takeable)
         if len(takeable) * gpn < gpus:
             return None
-        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True, capped=capped, exclude=exclude)
+        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
+                            caps=rules.cap, by_fit=True, capped=capped, exclude=exclude)
     else:
         memo_key = (gpu_type, leaf, memo_space)
         memo: _FailedSearches | None = state.victim_memo.get(memo_key)
@@ -620,15 +629,18 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 changed = [n for n in changed if n.free + n.unallocated >= gpus]
             if changed:
                 rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True, capped=capped, only=changed, exclude=exclude)
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
+                                    caps=rules.cap, by_fit=True, capped=capped, only=changed, exclude=exclude)
             else:
                 plan = None
         else:
             rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
             if victims_of:
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True, capped=capped, exclude=exclude)
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
+                                    caps=rules.cap, by_fit=True, capped=capped, exclude=exclude)
             else:  # as above, over every open node
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True, capped=capped, exclude=exclude,
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
+                                    caps=rules.cap, by_fit=True, capped=capped, exclude=exclude,
                                     only=[n for n in pool.open_nodes(gpus, exclude) if n.free + n.unallocated >= gpus])
         if plan is None and not capped:
             if not narrowed or gpus == memo.size:
