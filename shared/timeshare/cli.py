@@ -84,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     command = getattr(args, "command", None)  # (a subcommand may use the name for its own list)
-    if isinstance(command, str) and command in _HEAVY:
-        _run_compiled_if_built(list(sys.argv[1:] if argv is None else argv))
+    if argv is None and isinstance(command, str) and command in _HEAVY:
+        # only from the command line: a caller of main() in its own process keeps it
+        _run_compiled_if_built(sys.argv[1:])
     return int(args.func(args) or 0)
 
 
