@@ -49,7 +49,9 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
         need = gpus // gpn
         if len(pool.buckets[gpn]) >= need:
             return None  # it fits now and starts in this pass
-        allowed = tuple(victims_for(leaf, gpus))
+        # per victim leaf, the limits the gang's own victim search will apply (scheduler's
+        # _victims_for): a node is takeable only if every workload on it may go for the gang
+        allowed = tuple(victims_for(leaf, gpus).items())
         times = _takeable_times(state, pool, leaf, allowed, now_s, cached)
         ready = sorted((t, -pool.nodes[i].free, i) for i, t in times.items() if t < math.inf)
         if len(ready) < need:
@@ -82,12 +84,22 @@ def _pending_gangs(state: SchedulerState, pool: Pool,
     return heads
 
 
+def _may_go(gpus: int, limit: tuple | None) -> bool:
+    """Whether a workload of ``gpus`` GPUs past its protection may go for the gang, by the
+    (subtrees, cap, smallest whole, credit cap) its victim search would apply (the cap counts
+    each workload alone here: the search itself checks the sum)."""
+    if limit is None:
+        return False
+    cap, whole, credit = limit[2], limit[3], limit[4]
+    return gpus <= cap or 0 < whole <= gpus or gpus <= credit
+
+
 def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: Seconds,
                     use_cache: bool = True) -> dict[int, Seconds]:
     """Per healthy node: when ``leaf`` could empty it (inf: work it may not preempt)."""
     key = (pool.gpu_type, "reserve", leaf)
     cached = state.victim_memo.get(key) if use_cache else None
-    allowed_set = set(allowed)
+    limits = dict(allowed)
     workloads = state.workloads
     if cached is not None and cached[1] == allowed:
         # updated in place: the cached dict is this function's own (callers only read it)
@@ -112,7 +124,7 @@ def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple
             until = v.protected_until_s
             if until is not None and until > now_s:
                 t = max(t, until)
-            elif v.non_preemptible or v.leaf not in allowed_set:
+            elif v.non_preemptible or not _may_go(v.gpus, limits.get(v.leaf)):
                 t = math.inf
                 break
         times[node.index] = t

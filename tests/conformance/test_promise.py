@@ -244,3 +244,22 @@ def test_a_one_gpu_request_takes_a_one_gpu_victim_not_an_eight_gpu_gang():
     [p] = preemptions(run)
     assert p.reason.by_workload_id == "dbg" and p.workload_id.startswith("one")
     assert p.lost_gpu_s == 20 * 60  # one GPU, 20 minutes since its checkpoint
+
+
+def test_a_gang_reservation_never_holds_nodes_the_gang_may_not_take():
+    # 8 nodes: "gang" runs 3 and waits with a 16-GPU gang within its due share; "big" runs 5,
+    # two of them past their minimum runtime. The gang may not take big's GPUs (big would end
+    # below it), so it must not reserve those two nodes: a small team's debug job takes one
+    builder = (ScenarioBuilder(duration=6 * HOUR).pool("H100", 8, 8).teams(gang=10, big=10, small=1)
+               .policy(catch_up=0.0))
+    for i in range(3):
+        builder.workload(f"gang{i}", "gang", gpus=8, work="100h", min_runtime="8h", resumable=True, checkpoint="30m")
+    for i in range(5):
+        builder.workload(f"big{i}", "big", gpus=8, work="100h", min_runtime="1h" if i < 2 else "8h", resumable=True,
+                         checkpoint="30m")
+    builder.workload("gang-16", "gang", gpus=16, work="10h", min_runtime="1h", resumable=True, submit="1h")
+    builder.workload("dbg", "small", gpus=1, work="10m", min_runtime="15m", submit="2h")
+    run = checked(builder.build())
+    assert first_start_s(run, "dbg") == 2 * HOUR
+    assert [(e.workload_id[:3], e.reason.by_workload_id) for e in preemptions(run, 2 * HOUR, 2 * HOUR + 1)] \
+        == [("big", "dbg")]
