@@ -134,6 +134,34 @@ class _LeafTurn:
         self.reach_cap = -1  # -1: not worked out for this stamp
 
 
+class _Statement:
+    """The one place a pass changes the state: each start or preemption becomes events, applied
+    at once (the state evolves only by events) and charged to the pass's fair-share view, so
+    later choices in the pass see the new fills. (KAI's Statement also rolls back tentative
+    steps; nothing here is tentative: victim searches read the state and change nothing, so a
+    plan is either applied whole or not at all.)"""
+
+    __slots__ = ("state", "view", "now_s", "out")
+
+    def __init__(self, state: SchedulerState, view: FairShareView, now_s: Seconds, out: list[ev.Event]):
+        self.state = state
+        self.view = view
+        self.now_s = now_s
+        self.out = out
+
+    def start(self, w: Workload, nodes: list[Node]) -> None:
+        e = self.state.started(w, nodes, self.now_s)
+        self.state.apply(e)
+        self.out.append(e)
+        self.view.charge(w.leaf, w.gpus, e.allocated)
+
+    def preempt(self, v: Workload, reason: ev.PreemptionReason) -> None:
+        for e in self.state.preempted(v, self.now_s, reason):
+            self.state.apply(e)
+            self.out.append(e)
+        self.view.charge(v.leaf, -v.gpus, v.allocated)
+
+
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool = True) -> list[ev.Event]:
     out: list[ev.Event] = []
     leaf: str | None  # the leaf a phase's loop serves (None: pick the next)
@@ -173,11 +201,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     fresh.clear()
     view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s, config.catch_up)
 
-    def start(w: Workload, nodes: list[Node]) -> None:
-        e = state.started(w, nodes, now_s)
-        state.apply(e)
-        out.append(e)
-        view.charge(w.leaf, w.gpus, e.allocated)
+    statement = _Statement(state, view, now_s, out)
 
     # (nested functions here never call one another, and a module-level function is called
     # either from nested functions or from this one, not both: otherwise mypyc keeps every
@@ -265,7 +289,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         nodes = pool.find_free(gpus, exclude)
         if nodes is not None:
             if gpus <= turn.free_room:
-                start(w, nodes)
+                statement.start(w, nodes)
                 leaf = None
             # else beyond the due share of a level above the leaf: free GPUs go to it in phase 4
             continue
@@ -289,11 +313,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         for v in victims:
             reasons.append(_reason(v, w, victims_of, view, config, lost_before))
         for v, reason in zip(victims, reasons):
-            for e in state.preempted(v, now_s, reason):
-                state.apply(e)
-                out.append(e)
-            view.charge(v.leaf, -v.gpus, v.allocated)
-        start(w, nodes)
+            statement.preempt(v, reason)
+        statement.start(w, nodes)
         leaf = None
 
     # -- phase 4: everything else (unallocated work, allocated work beyond due shares),
@@ -360,7 +381,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         exclude = excluded_for(w) if allocated else frozenset()
         nodes = pool.find_free(gpus, exclude)
         if nodes is not None:
-            start(w, nodes)
+            statement.start(w, nodes)
             leaf = None
             continue
         failed_key = (leaf, w.queue_class)
@@ -411,11 +432,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
                 message=(f"{v.id} ran on unallocated time ({b} ran {total(b):.0%} of its due share in all); "
                      + (f"{w.id} ({w.leaf}) asked for allocated time" if allocated else
                         f"{a} would run {total(a, gpus):.0%} of its due share with {w.id}")))
-            for e in state.preempted(v, now_s, reason):
-                state.apply(e)
-                out.append(e)
-            view.charge(v.leaf, -v.gpus, v.allocated)
-        start(w, nodes)
+            statement.preempt(v, reason)
+        statement.start(w, nodes)
         leaf = None
     state.pass_seq[gpu_type] = pool.change_seq
     return out
