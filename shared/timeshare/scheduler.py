@@ -162,14 +162,67 @@ class _Statement:
         self.view.charge(v.leaf, -v.gpus, v.allocated)
 
 
+class _Pass:
+    """One pass over one pool: what every phase reads, and the rules' helpers bound to it."""
+
+    __slots__ = ("state", "pool", "now_s", "cached", "queues", "view", "out", "statement", "fair", "hysteresis",
+                 "reservation", "active")
+
+    def __init__(self, state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool,
+                 queues: dict[tuple[str, str, str], LeafQueue]):
+        self.state = state
+        self.pool = pool
+        self.now_s = now_s
+        self.cached = cached
+        self.queues = queues
+        config = state.config
+        self.view = FairShareView(state.tree, state.ledger, pool.gpu_type, pool.total_gpus, now_s, config.catch_up)
+        self.out: list[ev.Event] = []
+        self.statement = _Statement(state, self.view, now_s, self.out)
+        self.fair = config.unallocated_preemption == "fair"
+        self.hysteresis = config.preemption_hysteresis
+        self.reservation: Reservation | None = None
+        #: per tree node (by index): how many of the leaves beneath still have requests to look at
+        self.active: list[int] = [0] * len(state.tree.node_paths)
+
+    def victims_for(self, leaf: str, gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int, int]]:
+        return _victims_for(self.view, self.state.tree, self.hysteresis, self.fair, leaf, gpus, min_runtime_s)
+
+    def excluded_for(self, w: Workload) -> frozenset[int]:
+        """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
+        reservation = self.reservation
+        if reservation is None or w.id == reservation.workload_id \
+                or self.now_s + w.min_runtime_s <= reservation.until_s:
+            return frozenset()
+        return reservation.nodes
+
+    def activate(self, leaf: str, delta: int) -> None:
+        for i in self.state.tree.path_index[leaf]:
+            self.active[i] += delta
+
+
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool = True) -> list[ev.Event]:
-    out: list[ev.Event] = []
-    leaf: str | None  # the leaf a phase's loop serves (None: pick the next)
+    """One pass over one pool, in numbered phases (1 and 2 run for the whole cluster first, in
+    BudgetPolicy.schedule)."""
+    found = _requests(state, pool)
+    if found is None:
+        return []
+    queues, any_allocated = found
+    p = _Pass(state, pool, now_s, cached, queues)
+    # over all pending work: the most deserving gang's nodes (reservation.py); only allocated
+    # requests consult it
+    p.reservation = plan_reservation(state, pool, p.view, now_s, p.victims_for, cached=cached) \
+        if any_allocated else None
+    _phase3_within_due_shares(p)
+    _phase4_everything_else(p)
+    state.pass_seq[pool.gpu_type] = pool.change_seq
+    return p.out
+
+
+def _requests(state: SchedulerState, pool: Pool) -> tuple[dict[tuple[str, str, str], LeafQueue], bool] | None:
+    """The queues a pass looks at, and whether any asks for allocated time (None: nothing to
+    look at)."""
     gpu_type = pool.gpu_type
-    tree = state.tree
-    config = state.config
-    hysteresis = config.preemption_hysteresis
-    unprotected = state.unprotected_gpus[gpu_type]
     workloads = state.workloads
     queues = state.queues
     fresh = state.fresh_pending[gpu_type]
@@ -197,41 +250,33 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
                 q.add(w.gpus, w.key)
         if not queues:
             fresh.clear()
-            return out
+            return None
     fresh.clear()
-    view = FairShareView(tree, state.ledger, gpu_type, pool.total_gpus, now_s, config.catch_up)
+    return queues, any_allocated
 
-    statement = _Statement(state, view, now_s, out)
 
-    # (nested functions here never call one another, and a module-level function is called
-    # either from nested functions or from this one, not both: otherwise mypyc keeps every
-    # closure in the environment they share, a reference cycle per pass that only the garbage
-    # collector frees)
-    def victims_for(leaf: str, gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int, int]]:
-        return _victims_for(view, tree, hysteresis, fair, leaf, gpus, min_runtime_s)
-
-    fair = config.unallocated_preemption == "fair"
-    any_unallocated = config.unallocated_preemption == "any"
-    unallocated_hysteresis = config.unallocated_hysteresis
-
-    # -- phase 3: allocated requests within due shares, fair-share order, may preempt -----
-    # per tree node (by index): how many of the leaves beneath still have requests to look at
+def _phase3_within_due_shares(p: _Pass) -> None:
+    """Phase 3: allocated requests within due shares (or owed by window credit), the most
+    deserving leaf first; each starts on free GPUs or preempts the cheapest eligible victims."""
+    state, pool, view, statement = p.state, p.pool, p.view, p.statement
+    gpu_type = pool.gpu_type
+    tree = state.tree
+    config = state.config
+    cached = p.cached
+    queues = p.queues
+    workloads = state.workloads
+    fair = p.fair
+    hysteresis = p.hysteresis
+    unprotected = state.unprotected_gpus[gpu_type]
+    reservation = p.reservation
     node_paths = tree.node_paths
     path_index = tree.path_index
-    active: list[int] = [0] * len(node_paths)
+    active = p.active
     turns: dict[str, _LeafTurn] = {}
     fit_limit = pool.fit_limit()
     open_limit = pool.open_limit()
-    # over all pending work: the most deserving gang's nodes (reservation.py)
-    reservation = plan_reservation(state, pool, view, now_s, victims_for, cached=cached) if any_allocated else None
-
-    def excluded_for(w: Workload) -> frozenset[int]:
-        """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
-        if reservation is None or w.id == reservation.workload_id \
-                or now_s + w.min_runtime_s <= reservation.until_s:
-            return frozenset()
-        return reservation.nodes
-
+    now_s = p.now_s
+    leaf: str | None  # the leaf the loop serves (None: pick the next)
     for leaf in tree.leaves:
         q = queues.get((gpu_type, leaf, "a"))
         if q is None or not q.count or tree.nodes[leaf].fraction <= 0:
@@ -242,15 +287,10 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         if cached and min_gpus > fit_limit and reservation is None and not _credit_possible(view, tree, leaf):
             memo = state.victim_memo.get((gpu_type, leaf, "in"))
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
-                    and memo.key == (tuple(victims_for(leaf, min_gpus).items()), None, None):
+                    and memo.key == (tuple(p.victims_for(leaf, min_gpus).items()), None, None):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
-        for i in path_index[leaf]:
-            active[i] += 1
-
-    def deactivate(leaf: str) -> None:
-        for i in path_index[leaf]:
-            active[i] -= 1
+        p.activate(leaf, 1)
 
     # a request that can neither start nor preempt changes no fill and no active leaf, so the
     # same leaf is picked again: pick anew only after a start or when a leaf runs out
@@ -271,7 +311,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
             turn.walker = walk([q], limit)
         item = next(turn.walker, None)
         if item is None:
-            deactivate(leaf)
+            p.activate(leaf, -1)
             leaf = None
             continue
         key, gpus = item
@@ -280,7 +320,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
             continue  # a quick pass's copy of a workload that already started
         if gpus > turn.room and not credit_allows(view, tree, leaf, len(path_index[leaf]) - 1, gpus, w.min_runtime_s):
             continue  # beyond its due share and its window credit: phase 4's
-        exclude = excluded_for(w)
+        exclude = p.excluded_for(w)
         if cached and exclude and gpus >= turn.kept_out_fail and turn.kept_out_seq == pool.change_seq:
             # nothing started or stopped since a request of this leaf at most as large, kept
             # off the same nodes, found neither free GPUs nor victims (a larger request fits
@@ -294,7 +334,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
             # else beyond the due share of a level above the leaf: free GPUs go to it in phase 4
             continue
         capped: list[bool] = []
-        plan = _preemption_plan(state, pool, view, w, victims_for(leaf, gpus, w.min_runtime_s), now_s, exclude,
+        plan = _preemption_plan(state, pool, view, w, p.victims_for(leaf, gpus, w.min_runtime_s), now_s, exclude,
                                 reservation if exclude else None, cached=cached, capped=capped)
         if plan is None:
             # a larger request of this leaf fails too, unless this one failed only for being
@@ -317,6 +357,25 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         statement.start(w, nodes)
         leaf = None
 
+
+
+def _phase4_everything_else(p: _Pass) -> None:
+    """Phase 4: everything else, by all GPUs each subtree runs against its due share."""
+    state, pool, view, statement = p.state, p.pool, p.view, p.statement
+    gpu_type = pool.gpu_type
+    tree = state.tree
+    config = state.config
+    cached = p.cached
+    queues = p.queues
+    workloads = state.workloads
+    reservation = p.reservation
+    node_paths = tree.node_paths
+    path_index = tree.path_index
+    active = p.active
+    now_s = p.now_s
+    any_unallocated = config.unallocated_preemption == "any"
+    unallocated_hysteresis = config.unallocated_hysteresis
+    leaf: str | None
     # -- phase 4: everything else (unallocated work, allocated work beyond due shares),
     # ordered by all GPUs each subtree runs (allocated or not) against its due share. An
     # allocated request may preempt any unallocated work (the contract: unallocated time is
@@ -359,8 +418,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         if not qs:
             continue
         walkers[leaf] = walk(qs, limits)
-        for i in path_index[leaf]:
-            active[i] += 1
+        p.activate(leaf, 1)
     leaf = None  # picked anew only after a start or when a leaf runs out, as in phase 3
     while True:
         if leaf is None:
@@ -370,7 +428,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
             leaf = node_paths[picked]
         item = next(walkers[leaf], None)
         if item is None:
-            deactivate(leaf)
+            p.activate(leaf, -1)
             leaf = None
             continue
         key, gpus = item
@@ -378,7 +436,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
         if w.state != PENDING:
             continue
         allocated = w.min_runtime_s > 0 and tree.nodes[leaf].fraction > 0
-        exclude = excluded_for(w) if allocated else frozenset()
+        exclude = p.excluded_for(w) if allocated else frozenset()
         nodes = pool.find_free(gpus, exclude)
         if nodes is not None:
             statement.start(w, nodes)
@@ -435,8 +493,6 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
             statement.preempt(v, reason)
         statement.start(w, nodes)
         leaf = None
-    state.pass_seq[gpu_type] = pool.change_seq
-    return out
 
 
 def _phase3_limit(state: SchedulerState, pool: Pool, view: FairShareView, tree: AllocationTree, fair: bool,
