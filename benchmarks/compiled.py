@@ -42,7 +42,7 @@ BUILDS = ROOT / ".build" / "mypyc"
 #: simulation spends its time in, and the simulator's loop and metrics (every moment and every
 #: event pass through them); scenario reading and the msgspec events stay Python
 MODULES = ["units", "tree", "window", "queue", "fairshare", "rules", "cluster", "state", "placement", "reservation",
-           "scheduler", "baseline", "fifo", "sim.metrics", "sim.engine"]
+           "scheduler", "drains", "baseline", "fifo", "sim.metrics", "sim.engine"]
 #: names the C extension group (``timeshare_core__mypyc...so`` next to the package)
 GROUP = "timeshare_core"
 OPT_LEVEL = "3"

@@ -10,6 +10,8 @@ P2 (no chains, no ping-pong): every fair-share preemption follows its rule by it
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +26,7 @@ from timeshare.scheduler import BudgetPolicy
 from timeshare.sim import engine
 from timeshare.state import PENDING, SchedulerState
 
-SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=int(os.environ.get("TIMESHARE_EXAMPLES", "80")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def unserved(state: SchedulerState, now_s) -> list[str]:

@@ -18,6 +18,7 @@ import msgspec
 
 from .. import events as ev
 from ..baseline import BaselinePolicy
+from ..drains import drain_needs_human
 from ..fifo import FifoPolicy
 from ..scheduler import BudgetPolicy
 from ..state import RUNNING, SchedulerState, Workload
@@ -181,8 +182,6 @@ def _node_event(state: SchedulerState, policy: Policy, ne: NodeEvent, now_s: Sec
         apply_all(state.node_failed(ne.node, now_s, ne.reason or "scenario fault"), now_s)
         push(now_s + ne.repair_s, _REPAIR, ne.node)
         return
-    cap_s = state.config.drain_human_after_s or state.config.max_min_runtime_s
-    blocked_s = max((policy.drain_blocked_until_s(state.workloads[w], now_s) - now_s
-                     for w in node.workload_ids()), default=0)
+    needs_human = drain_needs_human(state, node, now_s, policy.drain_blocked_until_s)
     apply_all([state.node_unhealthy(ne.node, now_s, ne.reason or "scenario health check failed",
-                                    needs_human=blocked_s > cap_s)], now_s)
+                                    needs_human=needs_human)], now_s)

@@ -236,8 +236,11 @@ class MetricsCollector:
             self.out_of_service.discard(e.node)
             self.in_service.change(self.node_pool[e.node], t, self.node_gpus[e.node])
 
-    def _attainment(self, delivered: _Rates, demand: _Rates) -> tuple[dict[str, dict], dict]:
-        """Per team and fleet-wide: owed and delivered GPU-hours and attainment of one counting."""
+    def attainment_of(self, delivered: _Rates, demand: _Rates, since_h: float = -math.inf) -> tuple[dict[str, dict], dict]:
+        """Per team and fleet-wide: owed and delivered GPU-hours and attainment of one counting
+        (``delivered_funded`` / ``demand_funded`` for the target), over the hours that end after
+        ``since_h``. The one definition: the simulator's metrics and the ledger's live report
+        both call it."""
         teams: dict[str, dict] = {}
         owed_total = got_total = 0.0
         rated: list[float] = []
@@ -248,10 +251,14 @@ class MetricsCollector:
                 entitled = fraction * gpus * HOUR_S
                 d_bins = delivered.bins.get((leaf, pool), {})
                 for h, asked in demand.bins.get((leaf, pool), {}).items():
+                    if h + 1 <= since_h:
+                        continue
                     owed = min(entitled, asked)
                     owed_h += owed
                     got_h += min(d_bins.get(h, 0.0), owed)
-                delivered_h += sum(d_bins.values())
+                for h, got in d_bins.items():
+                    if h + 1 > since_h:
+                        delivered_h += got
             owed_total += owed_h
             got_total += got_h
             attainment = round(got_h / owed_h, 6) if owed_h else None
@@ -296,8 +303,8 @@ class MetricsCollector:
         for wid, t in self.requeued_at.items():
             self.requeue_waits.append(end_s - t)
 
-        funded_teams, funded = self._attainment(self.delivered_funded, self.demand_funded)
-        all_teams, all_work = self._attainment(self.delivered, self.demand)
+        funded_teams, funded = self.attainment_of(self.delivered_funded, self.demand_funded)
+        all_teams, all_work = self.attainment_of(self.delivered, self.demand)
         teams: dict[str, dict] = {}
         for leaf in self.tree.leaves:
             f, a = funded_teams[leaf], all_teams[leaf]
