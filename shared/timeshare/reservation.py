@@ -97,8 +97,8 @@ def _may_go(gpus: int, limit: tuple | None) -> bool:
 def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: Seconds,
                     use_cache: bool = True) -> dict[int, Seconds]:
     """Per healthy node: when ``leaf`` could empty it (inf: work it may not preempt)."""
-    key = (pool.gpu_type, "reserve", leaf)
-    cached = state.victim_memo.get(key) if use_cache else None
+    key = (pool.gpu_type, leaf)
+    cached = state.caches.reserve_times.get(key) if use_cache else None
     limits = dict(allowed)
     workloads = state.workloads
     if cached is not None and cached[1] == allowed:
@@ -128,5 +128,5 @@ def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple
                 t = math.inf
                 break
         times[node.index] = t
-    state.victim_memo[key] = (pool.change_seq, allowed, times)
+    state.caches.reserve_times[key] = (pool.change_seq, allowed, times)
     return times

@@ -30,6 +30,7 @@ import math
 from typing import Any, Callable, Final, Iterator
 
 from . import events as ev
+from .caches import FailedSearches
 from .cluster import Node, Pool
 from .config import PolicyConfig
 from .durations import format_duration_s
@@ -71,7 +72,7 @@ class BudgetPolicy:
         out += state.drain_events(now_s, may_end_now)
         cached = not self.reference
         if not cached:
-            state.victim_memo.clear()
+            state.caches.clear()
         for gpu_type, pool in state.cluster.pools.items():
             # a pass walks each queue once; one that preempted may have freed GPUs beyond its
             # need after earlier requests were turned down, so another pass follows at once
@@ -84,6 +85,7 @@ class BudgetPolicy:
                 out += made
                 if not any(isinstance(e, ev.WorkloadPreempted) for e in made):
                     break
+                state.pass_seq.pop(gpu_type, None)  # the pass that follows is a full one
         state.tree_changed = False
         return out
 
@@ -285,7 +287,7 @@ def _phase3_within_due_shares(p: _Pass) -> None:
         if min_gpus > fit_limit and min_gpus > open_limit:
             continue  # nothing of this leaf can start, even by preempting
         if cached and min_gpus > fit_limit and reservation is None and not _credit_possible(view, tree, leaf):
-            memo = state.victim_memo.get((gpu_type, leaf, "in"))
+            memo = state.caches.failed.get((gpu_type, leaf, "in"))
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
                     and memo.key == (tuple(p.victims_for(leaf, min_gpus).items()), None, None):
                 continue  # its smallest request failed already and nothing changed since
@@ -571,19 +573,6 @@ def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w
     return all(total(a, w.gpus) + config.unallocated_hysteresis < total(b, -gpus) for (a, b), gpus in lost.items())
 
 
-class _FailedSearches:
-    """Single-node victim searches of one leaf (and memo space) that found nothing: the latest
-    (change stamp, victims allowed, size), and the latest per size."""
-
-    __slots__ = ("seq", "key", "size", "by_size")
-
-    def __init__(self) -> None:
-        self.seq = -1
-        self.key: tuple = ()
-        self.size = 0  # 0: none yet (a request asks for at least one GPU)
-        self.by_size: dict[int, tuple[int, tuple]] = {}
-
-
 class _VictimRules:
     """Which running workloads a request may preempt, and what each costs (see find_victims).
 
@@ -670,7 +659,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
         # nodes changed; search only when enough of them exist
-        gang_memo = state.victim_memo.get((gpu_type, leaf, "gang", memo_space))
+        gang_memo = state.caches.gang_nodes.get((gpu_type, leaf, memo_space))
         if gang_memo is None or gang_memo[1] != eligible_key:
             takeable = preemptible_nodes(pool, pool.open_nodes(gpn, exclude), rules.may_preempt, state.workloads)
         elif gang_memo[0] == pool.change_seq:
@@ -679,16 +668,16 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
             moved = pool.changed_since(gang_memo[0])
             takeable = (gang_memo[2] - {n.index for n in moved}) | preemptible_nodes(
                 pool, [n for n in moved if n.index not in exclude], rules.may_preempt, state.workloads)
-        state.victim_memo[(gpu_type, leaf, "gang", memo_space)] = (pool.change_seq, eligible_key, takeable)
+        state.caches.gang_nodes[(gpu_type, leaf, memo_space)] = (pool.change_seq, eligible_key, takeable)
         if len(takeable) * gpn < gpus:
             return None
         plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
                             caps=rules.cap, by_fit=True, capped=capped, exclude=exclude)
     else:
         memo_key = (gpu_type, leaf, memo_space)
-        memo: _FailedSearches | None = state.victim_memo.get(memo_key)
+        memo: FailedSearches | None = state.caches.failed.get(memo_key)
         if memo is None:
-            memo = state.victim_memo[memo_key] = _FailedSearches()
+            memo = state.caches.failed[memo_key] = FailedSearches()
         narrowed = memo.size > 0 and gpus >= memo.size and memo.key == eligible_key
         failed_seq = memo.seq if narrowed else -1
         for size, (seq, key) in memo.by_size.items():

@@ -14,6 +14,7 @@ from typing import Callable, Final
 
 from . import events as ev
 from .cluster import NODE_CORDONED, NODE_DOWN, NODE_DRAINED, NODE_HEALTHY, Cluster, Node
+from .caches import PolicyCaches
 from .config import PolicyConfig
 from .fairshare import workload_sort_key
 from .queue import LeafQueue
@@ -109,8 +110,8 @@ class SchedulerState:
         self._protection: list[tuple[Seconds, str, int]] = []  # (until, id, attempt)
         self._seq = 0
         self._id_prefix = id_prefix
-        #: scheduler's cache of failed victim searches (an optimisation, never a decision)
-        self.victim_memo: dict = {}
+        #: the budget policy's caches (caches.py: an optimisation, never a decision)
+        self.caches = PolicyCaches()
         #: work that became pending since the last pass, and each pool's change stamp then
         #: (a pass with no node changed since need only look at fresh work)
         self.fresh_pending: dict[str, list[str]] = {t: [] for t in cluster.pools}
