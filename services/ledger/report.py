@@ -1,7 +1,10 @@
-"""The owed / delivered / attainment report, with the simulator's definitions (sim/metrics.py).
+"""The owed / delivered / attainment report of the live system: the simulator's definitions,
+computed by the same function (``MetricsCollector.attainment_of``).
 
-owed(team, hour) = min(fraction x pool GPUs x 1 h, GPU-h the team asked for in that hour);
-attainment = sum of min(delivered, owed) / sum of owed — over the hours of [from_s, to_s).
+owed(team, hour) = min(fraction x pool GPUs x 1 h, GPU-h the team's *funded* workloads (minimum
+runtime > 0 on a budget) asked for in that hour); attainment = sum of min(delivered, owed) / sum
+of owed, over the hours of [from_s, to_s). ``attainment_all_work`` counts every workload as owed
+(shown, never a target): unallocated time is free capacity promised to no one.
 """
 
 from __future__ import annotations
@@ -24,33 +27,18 @@ def attainment_report(events: list[ev.Event], tree: AllocationTree, pool_gpus: d
             break
         collector.observe(e)
     metrics = collector.finish(to_s, 0.0, to_s)
-    first_h = -math.inf if from_s is None else from_s / HOUR_S
+    since_h = -math.inf if from_s is None else from_s / HOUR_S
+    funded_teams, funded = collector.attainment_of(collector.delivered_funded, collector.demand_funded, since_h)
+    all_teams, all_work = collector.attainment_of(collector.delivered, collector.demand, since_h)
     teams = {}
-    owed_total = got_total = 0.0
     for leaf in tree.leaves:
-        fraction = tree.nodes[leaf].fraction
-        owed_h = delivered_h = got_h = 0.0
-        for pool, gpus in pool_gpus.items():
-            entitled = fraction * gpus * HOUR_S
-            d_bins = collector.delivered.bins.get((leaf, pool), {})
-            for h, asked in collector.demand.bins.get((leaf, pool), {}).items():
-                if h + 1 <= first_h:
-                    continue
-                owed = min(entitled, asked)
-                owed_h += owed
-                got_h += min(d_bins.get(h, 0.0), owed)
-            delivered_h += sum(v for h, v in d_bins.items() if h + 1 > first_h)
-        owed_total += owed_h
-        got_total += got_h
-        teams[leaf] = {"fraction": round(fraction, 6), "owed_gpu_hours": round(owed_h / HOUR_S, 4),
-                       "delivered_gpu_hours": round(delivered_h / HOUR_S, 4),
-                       "attainment": round(got_h / owed_h, 6) if owed_h else None}
-    rated = [t["attainment"] for t in teams.values() if t["attainment"] is not None]
+        f, a = funded_teams[leaf], all_teams[leaf]
+        teams[leaf] = {"fraction": round(tree.nodes[leaf].fraction, 6), "owed_gpu_hours": f["owed_gpu_hours"],
+                       "delivered_gpu_hours": f["delivered_gpu_hours"], "attainment": f["attainment"],
+                       "attainment_all_work": a["attainment"]}
     return {
         "from_s": from_s, "to_s": to_s, "teams": teams,
-        "attainment": {"fleet": round(got_total / owed_total, 6) if owed_total else None,
-                       "min_team": min(rated) if rated else None,
-                       "teams_at_or_above_95": sum(1 for a in rated if a >= 0.95), "teams": len(rated)},
+        "attainment": funded, "attainment_all_work": all_work,
         "occupancy": metrics["occupancy"], "unallocated_share": metrics["unallocated_share"],
         "preemptions": metrics["preemptions"], "preemptions_by_reason": metrics["preemptions_by_reason"],
         "queue_wait_s": metrics["queue_wait_s"]["overall"],
