@@ -6,6 +6,7 @@ import hashlib
 
 import msgspec
 
+from timeshare.explain import queue_order
 from timeshare.fairshare import FairShareView
 from timeshare.state import SchedulerState
 
@@ -15,39 +16,24 @@ def _num(now_s: float):
 
 
 def queue_view(state: SchedulerState, now_s: float, gpu_type: str | None = None, limit: int = 1000) -> dict:
-    """Pending work in the order the next pass considers it, with each workload's ordering key.
-
-    Allocated requests come first (leaves in fair-share order, then priority, submit time, id),
-    then unallocated ones (min runtime 0, or a leaf without budget) in the same leaf order."""
+    """Pending work in the order the next pass considers it (the core's ``queue_order``, the
+    scheduler's own order), with each workload's ordering key."""
     out = []
-    groups: dict[tuple[str, str, str], list] = {}
-    for w in state.pending():
-        groups.setdefault((w.gpu_type, w.leaf, w.queue_class), []).append(w)
     for gt, pool in state.cluster.pools.items():
         if gpu_type and gt != gpu_type:
             continue
-        view = FairShareView(state.tree, state.ledger, gt, pool.total_gpus, _num(now_s))
-        leaves = view.leaf_order()
-        phases = [("allocated", [(leaf, "a") for leaf in leaves if state.tree.nodes[leaf].fraction > 0])]
-        unalloc = []
-        for leaf in leaves:
-            unalloc.append((leaf, "u"))
-            if state.tree.nodes[leaf].fraction <= 0:
-                unalloc.append((leaf, "a"))
-        phases.append(("unallocated", unalloc))
-        position = 0
-        for phase, entries in phases:
-            for leaf, cls in entries:
-                for w in groups.get((gt, leaf, cls), []):
-                    position += 1
-                    if len(out) < limit:
-                        out.append({
-                            "position": position, "workload_id": w.id, "project": w.leaf, "user": w.spec.user,
-                            "gpu_type": gt, "gpus": w.gpus, "phase": phase, "priority": w.spec.priority,
-                            "submitted_s": w.submit_s, "queued_since_s": w.queued_since_s,
-                            "ordering_key": [phase, *view.ordering_key(leaf), *w.key],
-                            "leaf_ratio": round(view.ratios[leaf], 6) if view.ratios[leaf] != float("inf") else None,
-                        })
+        view = FairShareView(state.tree, state.ledger, gt, pool.total_gpus, _num(now_s), state.config.catch_up)
+        for position, (phase, w) in enumerate(queue_order(state, gt, _num(now_s)), start=1):
+            if len(out) >= limit:
+                break
+            leaf = w.leaf
+            out.append({
+                "position": position, "workload_id": w.id, "project": leaf, "user": w.spec.user,
+                "gpu_type": gt, "gpus": w.gpus, "phase": phase, "priority": w.spec.priority,
+                "submitted_s": w.submit_s, "queued_since_s": w.queued_since_s,
+                "ordering_key": [phase, *view.ordering_key(leaf), *w.key],
+                "leaf_ratio": round(view.ratios[leaf], 6) if view.ratios[leaf] != float("inf") else None,
+            })
     return {"now_s": now_s, "pending": state.pending_count, "workloads": out}
 
 

@@ -224,9 +224,10 @@ class FairShareView:
         else:
             self._free_running_dict = None
 
-    def leaf_order(self, among: Collection[str] | None = None) -> list[str]:
+    def leaf_order(self, among: Collection[str] | None = None, total: bool = False) -> list[str]:
         """Leaves, most deserving first, ranked depth-first level by level; with ``among``, only
-        those leaves, in the same order (subtrees holding none of them are not ranked at all)."""
+        those leaves, in the same order (subtrees holding none of them are not ranked at all);
+        with ``total``, by all GPUs each subtree runs (:meth:`total_key`, phase 4's order)."""
         out: list[str] = []
         within: list[bool] | None = None
         if among is not None:
@@ -235,10 +236,10 @@ class FairShareView:
             for leaf in among:
                 for i in path_index[leaf]:
                     within[i] = True
-        self._visit(self.tree.root_index, out, within)
+        self._visit(self.tree.root_index, out, within, total)
         return out
 
-    def _visit(self, siblings: list[int], out: list[str], within: list[bool] | None) -> None:
+    def _visit(self, siblings: list[int], out: list[str], within: list[bool] | None, total: bool = False) -> None:
         # a method, not a recursive closure: compiled by mypyc, a closure that calls itself is
         # a reference cycle per call, which only the garbage collector frees
         paths = self._node_paths
@@ -247,12 +248,12 @@ class FairShareView:
         ranked: list[tuple[float, float, str, int]] = []
         for i in siblings:
             if within is None or within[i]:
-                ranked.append((self.fill_at(i), self._ratio[i], paths[i], i))
+                ranked.append((self.total_fill_at(i) if total else self.fill_at(i), self._ratio[i], paths[i], i))
         ranked.sort()
         for _, _, path, i in ranked:
             children = self._children[i]
             if children:
-                self._visit(children, out, within)
+                self._visit(children, out, within, total)
             else:
                 out.append(path)
 

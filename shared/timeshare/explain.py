@@ -1,0 +1,151 @@
+"""What users are shown: the queue in the order the scheduler takes it, and why a workload waits,
+runs or was preempted, in plain language with the numbers (pure, like the rest of the core; the
+gateway and the CLI format times).
+
+The order is the pass's (scheduler.py): first allocated requests of leaves with a budget, leaves
+ranked by fill (allocated GPUs running / GPUs due now) depth first, inside a leaf by priority,
+submit time and id; then everything else (unallocated requests, work of leaves without a
+budget), leaves ranked by all the GPUs they run against their due share. A pass also serves
+allocated requests beyond a due share in that second phase; they are shown in the first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .durations import format_duration_s
+from .fairshare import FairShareView
+from .rules import room_by_depth
+from .state import PENDING, RUNNING, SchedulerState, Workload
+from .units import Seconds
+
+
+def _view(state: SchedulerState, gpu_type: str, now_s: Seconds) -> FairShareView:
+    pool = state.cluster.pool(gpu_type)
+    return FairShareView(state.tree, state.ledger, gpu_type, pool.total_gpus, now_s, state.config.catch_up)
+
+
+def queue_order(state: SchedulerState, gpu_type: str, now_s: Seconds) -> list[tuple[str, Workload]]:
+    """Pending work of one GPU type as ``(phase, workload)``, in the order a pass takes it;
+    phase is ``allocated`` or ``unallocated``."""
+    view = _view(state, gpu_type, now_s)
+    nodes = state.tree.nodes
+    out: list[tuple[str, Workload]] = []
+
+    def pending(leaf: str, cls: str) -> list[Workload]:
+        q = state.queues.get((gpu_type, leaf, cls))
+        return [state.workloads[key[2]] for key, _ in q.ordered()] if q is not None and q.count else []
+
+    for leaf in view.leaf_order():
+        if nodes[leaf].fraction > 0:
+            out += [("allocated", w) for w in pending(leaf, "a")]
+    for leaf in view.leaf_order(total=True):
+        rest = pending(leaf, "u") + (pending(leaf, "a") if nodes[leaf].fraction <= 0 else [])
+        out += [("unallocated", w) for w in sorted(rest, key=lambda w: w.key)]
+    return out
+
+
+def _levels(view: FairShareView, leaf: str) -> list[dict[str, Any]]:
+    return [{**level, "ratio": None if level["ratio"] == math.inf else level["ratio"],
+             "fill": None if level["fill"] == math.inf else level["fill"]}
+            for level in view.ordering_key(leaf)]
+
+
+def _earliest_room_s(state: SchedulerState, w: Workload, now_s: Seconds) -> tuple[Seconds, str | None]:
+    """When GPUs enough for ``w`` could be freed at the earliest, counting protections only, and
+    the workload whose protection ends last among those it needs (None: free or unprotected)."""
+    pool = state.cluster.pool(w.gpu_type)
+    per_node: list[tuple[Seconds, str | None, int]] = []  # (time, blocking workload, node index)
+    for node in pool.nodes:
+        if node.state != "healthy":
+            continue
+        # when each GPU of the node frees up at the earliest: now for free GPUs, unallocated
+        # work and unprotected work; the end of its protection for protected work
+        times: list[tuple[Seconds, str | None]] = [(now_s, None)] * node.free
+        for wid, n in node.holders.items():
+            v = state.workloads[wid]
+            until = v.protected_until_s if v.allocated and v.protected_until_s is not None else now_s
+            if v.non_preemptible:
+                until = math.inf
+            times += [(max(now_s, until), wid)] * n
+        times.sort(key=lambda t: (t[0], t[1] or ""))
+        if w.gpus <= pool.gpus_per_node:
+            if len(times) >= w.gpus:
+                per_node.append((times[w.gpus - 1][0], times[w.gpus - 1][1], node.index))
+        elif node.gpus == pool.gpus_per_node:
+            per_node.append((times[-1][0] if times else now_s, times[-1][1] if times else None, node.index))
+    need = 1 if w.gpus <= pool.gpus_per_node else w.gpus // pool.gpus_per_node
+    per_node.sort(key=lambda t: (t[0], t[2]))
+    if len(per_node) < need:
+        return math.inf, None
+    at, blocker, _ = per_node[need - 1]
+    return at, blocker
+
+
+def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemption: Any = None) -> dict[str, Any]:
+    """Why ``workload_id`` waits, runs or was preempted: ``{"state", "summary", ...numbers}``.
+
+    ``last_preemption`` is the reason of its latest ``workload.preempted`` event, if any (the
+    state keeps no history; the caller's projection does)."""
+    w = state.workloads.get(workload_id)
+    if w is None:
+        raise KeyError(workload_id)
+    view = _view(state, w.gpu_type, now_s)
+    window = format_duration_s(state.config.lookback_window_s)
+    out: dict[str, Any] = {"workload_id": w.id, "state": w.state, "project": w.leaf, "gpu_type": w.gpu_type,
+                           "gpus": w.gpus, "levels": _levels(view, w.leaf), "window": window}
+    lines: list[str] = []
+    if last_preemption is not None:
+        out["last_preemption"] = last_preemption
+        lines.append(f"Last preempted: {getattr(last_preemption, 'message', '')}")
+    if w.state == PENDING:
+        order = queue_order(state, w.gpu_type, now_s)
+        position = next(i for i, (_, x) in enumerate(order) if x.id == w.id) + 1
+        phase = next(p for p, x in order if x.id == w.id)
+        rooms = room_by_depth(view, state.tree, w.leaf, state.config.unallocated_preemption == "fair")
+        within = phase == "allocated" and w.gpus <= rooms[-1]
+        at_s, blocker = _earliest_room_s(state, w, now_s)
+        out.update(position=position, queued=len(order), phase=phase, within_due_share=within,
+                   ahead=[x.id for _, x in order[:position - 1]][:20],
+                   earliest_room_in_s=None if at_s == math.inf else at_s - now_s, waiting_for=blocker)
+        leaf_level = out["levels"][-1]
+        lines.append(f"Pending: {position} of {len(order)} in the order the scheduler takes them "
+                     f"({'allocated requests first' if phase == 'allocated' else 'after every allocated request'}).")
+        lines.append(f"{w.leaf} runs {leaf_level['running_gpus']} allocated GPUs of the {leaf_level['due_gpus']:.1f} "
+                     f"it is due now (usage ratio over {window}: "
+                     f"{'none' if leaf_level['ratio'] is None else format(leaf_level['ratio'], '.2f')}).")
+        if phase == "unallocated":
+            lines.append("It asks for unallocated time (minimum runtime 0 or no budget): it starts on free GPUs "
+                         "or on unallocated work of teams that run more of their share, and may be preempted "
+                         "by any allocated request.")
+        elif within:
+            lines.append("It is within its team's due share: it may preempt unallocated work and allocated work "
+                         "past its minimum runtime of teams above their due share.")
+        else:
+            lines.append(f"It is larger than its team's due share now ({rooms[-1]:.1f} GPUs): it waits for "
+                         "free GPUs or unallocated work, unless its team has not used its share of the window.")
+        if at_s == math.inf:
+            lines.append(f"No healthy {w.gpu_type} nodes can hold {w.gpus} GPUs.")
+        elif at_s <= now_s:
+            lines.append(f"GPUs enough for it are free or held by work that may be preempted now"
+                         + ("; it goes in the next pass its turn comes" if position > 1 else "") + ".")
+        else:
+            unit = "whole nodes" if w.gpus > state.cluster.pool(w.gpu_type).gpus_per_node else "GPUs on one node"
+            lines.append(f"It needs {w.gpus} {w.gpu_type} {unit}; the earliest they can be freed is in "
+                         f"{format_duration_s(at_s - now_s)}, when the protection of {blocker} ends.")
+    elif w.state == RUNNING:
+        out.update(allocated=w.allocated, protected_until_s=w.protected_until_s, nodes=[n.name for n, _ in w.placement])
+        if not w.allocated:
+            lines.append("Running on unallocated time: charged to no budget, never protected; any allocated request "
+                         "may preempt it.")
+        elif w.protected_until_s is not None and w.protected_until_s > now_s:
+            lines.append(f"Running on allocated time, protected for {format_duration_s(w.protected_until_s - now_s)} "
+                         f"more (its minimum runtime); after that it runs while {w.leaf} stays within its due share.")
+        else:
+            lines.append(f"Running on allocated time past its minimum runtime: a request of a team below its due "
+                         f"share may preempt it while {w.leaf}'s side runs above its own due share.")
+    else:
+        lines.append(f"{w.state.capitalize()}.")
+    out["summary"] = " ".join(lines)
+    return out

@@ -1,0 +1,47 @@
+"""What users are shown: the queue in the scheduler's order, and why a workload waits or runs."""
+
+from __future__ import annotations
+
+from tests.builders import ScenarioBuilder, spec
+from timeshare.explain import explain, queue_order
+
+HOUR = 3600
+
+
+def busy_cluster(catch_up: float = 1.0):
+    """2 nodes x 8: team a runs both nodes (one gang protected for 8 h, one for 1 h); b and c wait."""
+    h = (ScenarioBuilder().pool(nodes=2, gpus_per_node=8).teams(a=1, b=1, c=1).policy(catch_up=catch_up).harness())
+    h.submit(spec("a-long", "a", gpus=8, work="20h", min_runtime="8h", resumable=True),
+             spec("a-short", "a", gpus=8, work="20h", min_runtime="1h", resumable=True))
+    h.schedule(0)
+    return h
+
+
+def test_the_queue_shown_is_the_order_a_pass_takes_allocated_requests_first_by_fill():
+    h = busy_cluster()
+    h.submit(spec("c-free", "c", gpus=4, min_runtime=0, submit=600),
+             spec("b-funded", "b", gpus=4, min_runtime="1h", submit=600),
+             spec("a-more", "a", gpus=4, min_runtime="1h", submit=600))
+    order = [(phase, w.id) for phase, w in queue_order(h.state, "H100", 600)]
+    # b runs nothing of its due share, a runs all of the cluster: b's request comes first;
+    # unallocated work after every allocated request
+    assert order == [("allocated", "b-funded"), ("allocated", "a-more"), ("unallocated", "c-free")]
+
+
+def test_a_pending_request_says_what_it_waits_for_with_the_protection_that_ends_first():
+    h = busy_cluster()
+    h.submit(spec("b-gang", "b", gpus=8, min_runtime="1h", submit=600))
+    about = explain(h.state, "b-gang", 600)
+    assert about["state"] == "pending" and about["position"] == 1 and about["phase"] == "allocated"
+    # a-short's protection ends at 1 h: the earliest a node can be freed
+    assert about["waiting_for"] == "a-short" and about["earliest_room_in_s"] == HOUR - 600
+    assert "when the protection of a-short ends" in about["summary"]
+    assert [level["subtree"] for level in about["levels"]] == ["b"]
+
+
+def test_a_running_workload_says_whether_it_is_protected_and_for_how_long():
+    h = busy_cluster()
+    about = explain(h.state, "a-long", 2 * HOUR)
+    assert about["state"] == "running" and about["allocated"] is True
+    assert "protected for 6h" in about["summary"]
+    assert "past its minimum runtime" in explain(h.state, "a-short", 2 * HOUR)["summary"]
