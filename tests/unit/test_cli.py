@@ -117,11 +117,15 @@ def test_status_prints_utc_times_whatever_the_local_zone(gateway, capsys, monkey
     assert "1796135520000" not in out
 
 
-def test_json_is_the_gateways_body_as_is(gateway, capsys):
+@pytest.mark.parametrize("argv, path, body", [
+    (["status", "w-1"], "/v1/workloads/w-1", STATUS),
+    (["budget", "report", "--from", "2d"], "/v1/report", {"from_s": 1, "to_s": 2, "a shape": "the CLI does not know"}),
+], ids=["status", "the report, whatever its shape"])
+def test_json_is_the_gateways_body_as_is(argv, path, body, gateway, capsys):
     answers, _ = gateway
-    answers["GET", "/v1/workloads/w-1"] = STATUS
-    assert main(["status", "w-1", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == STATUS
+    answers["GET", path] = body
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == body
 
 
 def test_budget_history_prints_utc_times(gateway, capsys):
@@ -245,3 +249,15 @@ def test_nodes_repair_posts_to_the_gateways_route(gateway, capsys):
 def test_a_gateway_error_is_one_line_with_its_status(gateway, capsys):
     assert pytest.raises(SystemExit, main, ["status", "w-unknown"]).value.code == 1
     assert capsys.readouterr().err == "timeshare: 404: no canned answer for ('GET', '/v1/workloads/w-unknown')\n"
+
+
+def test_budget_report_shows_a_field_the_ledger_does_not_send_as_a_dash(gateway, capsys):
+    answers, _ = gateway
+    answers["GET", "/v1/report"] = {"from_s": None, "to_s": 1796135520.0,
+                                    "teams": {"alpha/train": {"fraction": 0.5, "attainment": 0.9}}}
+    assert main(["budget", "report"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("GPU-hours owed and delivered, from the first event to 2026-12-01 14:32:00Z")
+    assert out[2].split() == ["alpha/train", "0.500", "-", "-", "90.0%"]
+    assert out[3:] == ["fleet attainment -, lowest team -, - of - teams at or above 95%",
+                       "occupancy -, unallocated work - of busy GPUs, - preemptions"]
