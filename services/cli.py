@@ -56,6 +56,13 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def _name(text: str) -> str:
+    """A workload id or node name: one URL path segment."""
+    if text in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(f"expected a name, got {text!r}")
+    return text
+
+
 def _share(text: str) -> tuple[str, float]:
     path, sep, value = text.partition("=")
     if not sep:
@@ -116,7 +123,11 @@ def _num(x: float | None, spec: str) -> str:
 # -- the gateway --
 
 def _client(args) -> httpx.Client:
-    token = args.token or os.environ.get("TIMESHARE_TOKEN", "")
+    token = (args.token or os.environ.get("TIMESHARE_TOKEN", "")).strip()
+    if token and not (token.isascii() and token.isprintable() and token.split() == [token]):
+        source = "argument --token" if args.token else "TIMESHARE_TOKEN"
+        print(f"timeshare: {source}: a token is printable ASCII without spaces", file=sys.stderr)
+        raise SystemExit(2)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=args.url or os.environ.get("TIMESHARE_URL", "http://127.0.0.1:8080"),
                         headers=headers, timeout=30)
@@ -331,7 +342,7 @@ def add_parsers(sub) -> None:
     for name, fn, helptext in (("status", _cmd_status, "a workload's state and history"),
                                ("cancel", _cmd_cancel, "cancel a workload")):
         p = common(sub.add_parser(name, help=helptext))
-        p.add_argument("id")
+        p.add_argument("id", type=_name)
         p.set_defaults(func=fn)
     p = common(sub.add_parser("workloads", help="workloads, oldest first (everyone's, or --user's)"))
     p.add_argument("--user", help="only this user's (the gateway cannot tell a token's user to the CLI)")
@@ -348,7 +359,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=_cmd_nodes)
     nsub = p.add_subparsers(dest="nodes_command", metavar="{repair}")
     r = common(nsub.add_parser("repair", help="declare a drained or failed node repaired (admins)"))
-    r.add_argument("node")
+    r.add_argument("node", type=_name)
     r.set_defaults(func=_cmd_nodes_repair)
     budget = sub.add_parser("budget", help="the allocation tree (show / set / history / report)")
     bsub = budget.add_subparsers(dest="budget_command", required=True, metavar="{show,set,history,report}")

@@ -66,6 +66,9 @@ BAD = {
                                        "argument --from: expected 'now', a duration ago like '2d'"),
     "a report range that ends before it starts": (["budget", "report", "--from", "1h", "--to", "2h"],
                                                   "argument --from: must be before --to"),
+    "an empty workload id": (["status", ""], "argument id: expected a name, got ''"),
+    "a workload id that is a path step": (["cancel", ".."], "argument id: expected a name, got '..'"),
+    "a node name that is a path step": (["nodes", "repair", "."], "argument node: expected a name, got '.'"),
 }
 
 
@@ -79,6 +82,19 @@ def test_a_bad_value_is_one_line_naming_the_argument_exit_2_and_nothing_sent(arg
     assert err.startswith(f"timeshare: {message}") and err.endswith("\n") and err.count("\n") == 1, err
     assert "Traceback" not in err and out == ""
     assert seen == []
+
+
+@pytest.mark.parametrize("option, env, message", [
+    (["--token", "tok-\u00e9"], None, "argument --token: a token is printable ASCII without spaces"),
+    ([], "tok alice", "TIMESHARE_TOKEN: a token is printable ASCII without spaces"),
+], ids=["a non-ASCII --token", "a TIMESHARE_TOKEN with a space"])
+def test_a_token_that_cannot_be_a_header_is_one_line_exit_2(option, env, message, monkeypatch, capsys):
+    monkeypatch.setattr(cli.httpx.Client, "request", lambda *a, **k: pytest.fail("sent a request"))
+    if env is not None:
+        monkeypatch.setenv("TIMESHARE_TOKEN", env)
+    with pytest.raises(SystemExit) as stopped:
+        main(["queue", *option])
+    assert stopped.value.code == 2 and capsys.readouterr().err == f"timeshare: {message}\n"
 
 
 @pytest.mark.parametrize("work, seconds", [("2hours", 7200), ("90min", 5400), ("1 day", 86400), ("45 sec", 45),
