@@ -1,8 +1,16 @@
 """User and admin commands of the live system, a thin client of the gateway (httpx).
 
-    timeshare submit --project tulu/rl --gpus 8 --work 2h --min-runtime 1h [--resumable]
-    timeshare status <id> | cancel <id> | queue | nodes
+    timeshare submit --project tulu/rl --gpus 8 --work 2h30m --min-runtime 1h [--resumable]
+    timeshare status <id> | cancel <id>
+    timeshare workloads [--user alice] [--state running]
+    timeshare queue [--user alice] [--project tulu] [--gpu-type H100]
+    timeshare nodes | nodes repair <node>
     timeshare budget show | budget set tulu/rl=4 tulu/code=2 --reason "..." | budget history
+    timeshare budget report --from 2d --to now
+
+Durations are written as people do ("2h30m", "2hours", "90min", "1 day"); times are printed in
+UTC ("2026-12-01 14:32:05Z"). A value argparse refuses (``--gpus -1``, ``--work lots``,
+``budget set x=nan``) is one line on stderr naming the argument, exit status 2, nothing sent.
 
 The gateway is TIMESHARE_URL (default http://127.0.0.1:8080), the token TIMESHARE_TOKEN;
 ``--json`` prints the gateway's answer as is, for scripts. Registered by timeshare.cli.
@@ -10,17 +18,116 @@ The gateway is TIMESHARE_URL (default http://127.0.0.1:8080), the token TIMESHAR
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import sys
+import time
+from datetime import datetime, timezone
+from urllib.parse import quote
 
 import httpx
 
-from timeshare.durations import parse_duration_s
+from timeshare.durations import format_duration_s, parse_duration_s
+from timeshare.tree import is_within
+from timeshare.workload import PRIORITIES
 
+#: the most queue entries the gateway answers at once: a filtered queue asks for all of them
+_QUEUE_MAX = 100000
+
+
+# -- argument types: argparse turns their ArgumentTypeError into "argument --x: message", exit 2 --
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration_s(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return n
+
+
+def _name(text: str) -> str:
+    """A workload id or node name: one URL path segment."""
+    if text in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(f"expected a name, got {text!r}")
+    return text
+
+
+def _share(text: str) -> tuple[str, float]:
+    path, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected PATH=SHARE (e.g. tulu/rl=4), got {text!r}")
+    if not path.strip():
+        raise argparse.ArgumentTypeError(f"no path before '=' in {text!r}")
+    try:
+        share = float(value)
+    except ValueError:
+        share = math.nan
+    if not math.isfinite(share) or share < 0:
+        raise argparse.ArgumentTypeError(f"the share of {path!r} must be a number >= 0, got {value!r}")
+    return path, share
+
+
+#: ``--to now``: the ledger's own now (no ``to_s`` sent)
+NOW = "now"
+
+
+def _when(text: str) -> float | str:
+    """'now', a duration ago ("2d", "90min"), or a UTC date/time ("2026-12-01", "2026-12-01 14:00")
+    -> epoch seconds (or NOW)."""
+    if text.strip().lower() == NOW:
+        return NOW
+    try:
+        return time.time() - parse_duration_s(text)
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'now', a duration ago like '2d' or '90min', or a UTC date/time "
+                                         f"like '2026-12-01 14:00', got {text!r}") from None
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+
+
+# -- output helpers --
+
+def _utc(ms: float | None) -> str:
+    """Epoch milliseconds as '2026-12-01 14:32:05Z' (UTC whatever the local zone); '-' for none."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _since(start_ms: float | None, end_ms: float | None) -> str:
+    return "-" if start_ms is None or end_ms is None else format_duration_s(max(0.0, (end_ms - start_ms) / 1000))
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+# -- the gateway --
 
 def _client(args) -> httpx.Client:
-    token = args.token or os.environ.get("TIMESHARE_TOKEN", "")
+    token = (args.token or os.environ.get("TIMESHARE_TOKEN", "")).strip()
+    if token and not (token.isascii() and token.isprintable() and token.split() == [token]):
+        source = "argument --token" if args.token else "TIMESHARE_TOKEN"
+        print(f"timeshare: {source}: a token is printable ASCII without spaces", file=sys.stderr)
+        raise SystemExit(2)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=args.url or os.environ.get("TIMESHARE_URL", "http://127.0.0.1:8080"),
                         headers=headers, timeout=30)
@@ -30,10 +137,13 @@ def _call(args, method: str, path: str, **kwargs):
     try:
         with _client(args) as http:
             r = http.request(method, path, **kwargs)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
         print(f"timeshare: cannot reach the gateway ({exc}); set TIMESHARE_URL", file=sys.stderr)
         raise SystemExit(2)
-    body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {"detail": r.text}
+    try:
+        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {"detail": r.text}
+    except ValueError:
+        body = {"detail": r.text}
     if r.status_code >= 400:
         detail = body.get("detail") if isinstance(body, dict) else body
         print(f"timeshare: {r.status_code}: {detail}", file=sys.stderr)
@@ -46,42 +156,88 @@ def _out(args, body, text: str) -> int:
     return 0
 
 
+def _path(*parts: str) -> str:
+    """A URL path with each user-given part escaped (an id with '/' or '?' stays one segment)."""
+    return "/".join(quote(p, safe="") if i else p for i, p in enumerate(parts))
+
+
+# -- commands --
+
 def _cmd_submit(args) -> int:
     body = {"project": args.project, "gpu_type": args.gpu_type, "gpus": args.gpus,
-            "work_s": parse_duration_s(args.work), "min_runtime_s": parse_duration_s(args.min_runtime),
+            "work_s": args.work, "min_runtime_s": args.min_runtime,
             "resumable": args.resumable, "priority": args.priority, "kind": args.kind,
             "command": args.command or None}
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
     r = _call(args, "POST", "/v1/workloads", json=body, headers=headers)
-    return _out(args, r, f"submitted {r['workload_id']} ({args.gpus} x {args.gpu_type} for {args.project})"
+    return _out(args, r, f"submitted {r['workload_id']} ({args.gpus} x {args.gpu_type} for {args.project}, "
+                         f"work {format_duration_s(args.work)})"
                          + (" [same key as before: same workload]" if r.get("replayed") else ""))
 
 
 def _cmd_status(args) -> int:
-    r = _call(args, "GET", f"/v1/workloads/{args.id}")
+    r = _call(args, "GET", _path("/v1/workloads", args.id))
     lines = [f"{r['id']}: {r['state']} ({r['gpus']} x {r['gpu_type']}, {r['project']}, user {r['user']}, "
              f"attempt {r['attempt']}, preempted {r['preemptions']}x)"]
+    times = [f"submitted {_utc(r.get('submitted_ms'))}"]
+    if r.get("started_ms") is not None:
+        times.append(f"first started {_utc(r['started_ms'])} (after {_since(r.get('submitted_ms'), r['started_ms'])})")
+    if r.get("ended_ms") is not None:
+        times.append(f"ended {_utc(r['ended_ms'])}")
+    lines.append("  " + ", ".join(times))
+    if r.get("protected_until_ms") is not None:
+        lines.append(f"  protected (minimum runtime) until {_utc(r['protected_until_ms'])}")
     if r.get("placement"):
         lines.append("  on " + ", ".join(f"{p['node']} GPUs {p['gpu_ids']}" for p in r["placement"]))
     if r.get("last_reason"):
         lines.append(f"  last reason: {r['last_reason'].get('message') or r['last_reason'].get('kind')}")
     for h in r.get("history", []):
-        lines.append(f"  {h['at_ms']:>15}  {h['type']}")
+        lines.append(f"  {_utc(h['at_ms'])}  {h['type']}")
     return _out(args, r, "\n".join(lines))
 
 
 def _cmd_cancel(args) -> int:
-    r = _call(args, "DELETE", f"/v1/workloads/{args.id}")
+    r = _call(args, "DELETE", _path("/v1/workloads", args.id))
     return _out(args, r, f"{r['workload_id']}: {r['state']}")
 
 
+def _cmd_workloads(args) -> int:
+    params = {"limit": args.limit, **({"user": args.user} if args.user else {}),
+              **({"state": args.state} if args.state else {})}
+    r = _call(args, "GET", "/v1/workloads", params=params)
+    rows = r["workloads"]
+    lines = [f"{len(rows)} of {r['total']} workloads" + (f" of user {args.user}" if args.user else "")
+             + (f" in state {args.state}" if args.state else "")
+             + " (wait = submission to first start, ended = submission to end)",
+             f"{'workload':<28} {'project':<20} {'user':<10} {'gpus':>4} {'type':<6} {'state':<10} "
+             f"{'submitted (UTC)':<20} {'wait':>7} {'ended':>7} {'preempted':>9}"]
+    for w in rows:
+        lines.append(f"{w['id']:<28} {w['project']:<20} {w['user']:<10} {w['gpus']:>4} {w['gpu_type']:<6} "
+                     f"{w['state']:<10} {_utc(w['submitted_ms']):<20} {_since(w['submitted_ms'], w['started_ms']):>7} "
+                     f"{_since(w['submitted_ms'], w['ended_ms']):>7} {w['preemptions']:>9}")
+    return _out(args, r, "\n".join(lines))
+
+
 def _cmd_queue(args) -> int:
-    r = _call(args, "GET", "/v1/queue", params={"limit": args.limit, **({"gpu_type": args.gpu_type} if args.gpu_type else {})})
-    lines = [f"{r['pending']} pending (scheduling order; ratio = usage / share of the leaf, lower goes first)",
-             f"{'#':>4}  {'workload':<28} {'project':<22} {'gpus':>4} {'phase':<11} {'ratio':>8}"]
+    filtered = bool(args.user or args.project)
+    params = {"limit": _QUEUE_MAX if filtered else args.limit, **({"gpu_type": args.gpu_type} if args.gpu_type else {})}
+    r = _call(args, "GET", "/v1/queue", params=params)
+    if filtered:  # the gateway's body, with only the matching workloads (positions in the whole queue)
+        r["workloads"] = [w for w in r["workloads"]
+                          if (not args.user or w.get("user") == args.user)
+                          and (not args.project or is_within(w["project"], args.project))][:args.limit]
+    what = " and ".join(f"{k} {v}" for k, v in (("user", args.user), ("project", args.project)) if v)
+    lines = [f"{r['pending']} pending" + (f", {len(r['workloads'])} of {what} shown" if filtered else "")
+             + " (scheduling order; ratio = usage / share of the leaf, lower goes first)",
+             f"{'#':>4}  {'workload':<28} {'project':<22} {'user':<10} {'gpus':>4} {'phase':<11} {'ratio':>8} "
+             f"{'waiting':>8}"]
+    now_s = r.get("now_s")
     for w in r["workloads"]:
         ratio = "-" if w["leaf_ratio"] is None else f"{w['leaf_ratio']:.3f}"
-        lines.append(f"{w['position']:>4}  {w['workload_id']:<28} {w['project']:<22} {w['gpus']:>4} {w['phase']:<11} {ratio:>8}")
+        since = w.get("queued_since_s")
+        waiting = "-" if now_s is None or since is None else format_duration_s(max(0.0, now_s - since))
+        lines.append(f"{w['position']:>4}  {w['workload_id']:<28} {w['project']:<22} {w.get('user') or '-':<10} "
+                     f"{w['gpus']:>4} {w['phase']:<11} {ratio:>8} {waiting:>8}")
     return _out(args, r, "\n".join(lines))
 
 
@@ -94,6 +250,11 @@ def _cmd_nodes(args) -> int:
     return _out(args, r, "\n".join(lines))
 
 
+def _cmd_nodes_repair(args) -> int:
+    r = _call(args, "POST", _path("/v1/nodes", args.node, "repair"))
+    return _out(args, r, f"{r['node']}: declared repaired ({r['event_id']})")
+
+
 def _cmd_budget_show(args) -> int:
     r = _call(args, "GET", "/v1/allocations")
     lines = [f"{'allocation':<28} {'share':>6} {'fraction':>9}  usage ratio per GPU type"]
@@ -101,17 +262,17 @@ def _cmd_budget_show(args) -> int:
         depth = path.count("/")
         ratios = ", ".join(f"{gt} {u['ratio']:.3f}" if u["ratio"] is not None else f"{gt} -" for gt, u in n["usage"].items())
         lines.append(f"{'  ' * depth + path.rsplit('/', 1)[-1]:<28} {n['share']:>6g} {n['fraction']:>9.3f}  {ratios}")
+    if r.get("window_s") is not None:
+        lines.append(f"(usage over the last {format_duration_s(r['window_s'])})")
     return _out(args, r, "\n".join(lines))
 
 
 def _cmd_budget_set(args) -> int:
-    shares = {}
-    for item in args.shares:
-        path, sep, value = item.partition("=")
-        if not sep:
-            print(f"timeshare: {item!r}: expected path=share", file=sys.stderr)
-            return 2
-        shares[path] = float(value)
+    shares: dict[str, float] = {}
+    for path, share in args.shares:
+        if path in shares:
+            args.error(f"argument PATH=SHARE: {path!r} given twice")
+        shares[path] = share
     r = _call(args, "PUT", "/v1/allocations", json={"shares": shares, "reason": args.reason})
     lines = [f"budget changed ({r['event_id']}):"]
     lines += [f"  {p}: {c['old']} -> {c['new']}" for p, c in r["changed"].items()]
@@ -123,8 +284,39 @@ def _cmd_budget_history(args) -> int:
     lines = []
     for h in r["changes"]:
         diff = {p: (h["old"].get(p), v) for p, v in h["new"].items() if h["old"].get(p) != v}
-        lines.append(f"{h['at_ms']}  {h['by']}: {h['reason']}  " + ", ".join(f"{p} {o}->{n}" for p, (o, n) in diff.items()))
+        lines.append(f"{_utc(h['at_ms'])}  {h['by']}: {h['reason']}  " + ", ".join(f"{p} {o}->{n}" for p, (o, n) in diff.items()))
     return _out(args, r, "\n".join(lines) or "no budget changes yet")
+
+
+def _cmd_budget_report(args) -> int:
+    start = args.start
+    end = None if args.end == NOW else args.end
+    if start == NOW:
+        start = time.time()
+    if start is not None and start >= (time.time() if end is None else end):
+        args.error("argument --from: must be before --to")
+    params = {k: v for k, v in (("from_s", start), ("to_s", end)) if v is not None}
+    r = _call(args, "GET", "/v1/report", params=params)
+    if args.json:
+        return _out(args, r, "")
+    # read with .get: the ledger's report is young, a field it stops sending shows as "-"
+    span = "from the first event" if r.get("from_s") is None else _utc(r["from_s"] * 1000)
+    to = None if r.get("to_s") is None else r["to_s"] * 1000
+    lines = [f"GPU-hours owed and delivered, {span} to {_utc(to)} (owed = the share's GPU-hours the team asked for)",
+             f"{'team':<28} {'fraction':>8} {'owed GPU-h':>11} {'delivered GPU-h':>16} {'attainment':>10}"]
+    for team, t in (r.get("teams") or {}).items():
+        lines.append(f"{team:<28} {_num(t.get('fraction'), '.3f'):>8} {_num(t.get('owed_gpu_hours'), '.2f'):>11} "
+                     f"{_num(t.get('delivered_gpu_hours'), '.2f'):>16} {_pct(t.get('attainment')):>10}")
+    a = r.get("attainment") or {}
+    lines.append(f"fleet attainment {_pct(a.get('fleet'))}, lowest team {_pct(a.get('min_team'))}, "
+                 f"{_num(a.get('teams_at_or_above_95'), 'g')} of {_num(a.get('teams'), 'g')} teams at or above 95%")
+    reasons = ", ".join(f"{k} {v}" for k, v in (r.get("preemptions_by_reason") or {}).items())
+    wait = r.get("queue_wait_s") or {}
+    lines.append(f"occupancy {_pct(r.get('occupancy'))}, unallocated work {_pct(r.get('unallocated_share'))} of busy "
+                 f"GPUs, {_num(r.get('preemptions'), 'g')} preemptions" + (f" ({reasons})" if reasons else "")
+                 + (f", queue wait p50 {format_duration_s(wait['p50'])} p90 {format_duration_s(wait['p90'])} "
+                    f"over {wait['count']} starts" if wait.get("count") and "p50" in wait and "p90" in wait else ""))
+    return _out(args, r, "\n".join(lines))
 
 
 def add_parsers(sub) -> None:
@@ -132,16 +324,17 @@ def add_parsers(sub) -> None:
         p.add_argument("--url", help="gateway URL (default $TIMESHARE_URL or http://127.0.0.1:8080)")
         p.add_argument("--token", help="bearer token (default $TIMESHARE_TOKEN)")
         p.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
+        p.set_defaults(error=p.error)
         return p
 
     p = common(sub.add_parser("submit", help="submit a workload to the live scheduler"))
     p.add_argument("--project", required=True)
     p.add_argument("--gpu-type", default="H100")
-    p.add_argument("--gpus", type=int, required=True)
-    p.add_argument("--work", required=True, help="declared work time (e.g. 2h)")
-    p.add_argument("--min-runtime", default="0", help="protected minimum runtime (0 = unallocated)")
+    p.add_argument("--gpus", type=_positive_int, required=True)
+    p.add_argument("--work", type=_duration, required=True, help="declared work time (e.g. 2h30m, 2hours, 90min)")
+    p.add_argument("--min-runtime", type=_duration, default="0", help="protected minimum runtime (0 = unallocated)")
     p.add_argument("--resumable", action="store_true")
-    p.add_argument("--priority", default="normal")
+    p.add_argument("--priority", default="normal", choices=PRIORITIES)
     p.add_argument("--kind", default="other")
     p.add_argument("--idempotency-key")
     p.add_argument("command", nargs="*", help="command for the process executor (after --)")
@@ -149,21 +342,38 @@ def add_parsers(sub) -> None:
     for name, fn, helptext in (("status", _cmd_status, "a workload's state and history"),
                                ("cancel", _cmd_cancel, "cancel a workload")):
         p = common(sub.add_parser(name, help=helptext))
-        p.add_argument("id")
+        p.add_argument("id", type=_name)
         p.set_defaults(func=fn)
+    p = common(sub.add_parser("workloads", help="workloads, oldest first (everyone's, or --user's)"))
+    p.add_argument("--user", help="only this user's (the gateway cannot tell a token's user to the CLI)")
+    p.add_argument("--state", help="only in this state (pending, running, completed, failed, cancelled, preempted)")
+    p.add_argument("--limit", type=_positive_int, default=200)
+    p.set_defaults(func=_cmd_workloads)
     p = common(sub.add_parser("queue", help="pending work in scheduling order"))
     p.add_argument("--gpu-type")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--user", help="only this user's workloads (their positions in the whole queue)")
+    p.add_argument("--project", help="only workloads of this project or below it, e.g. tulu or tulu/rl")
+    p.add_argument("--limit", type=_positive_int, default=50)
     p.set_defaults(func=_cmd_queue)
-    p = common(sub.add_parser("nodes", help="nodes, their state and work"))
+    p = common(sub.add_parser("nodes", help="nodes, their state and work (nodes repair NODE: a human repaired it)"))
     p.set_defaults(func=_cmd_nodes)
-    budget = sub.add_parser("budget", help="the allocation tree (show / set / history)")
-    bsub = budget.add_subparsers(dest="budget_command", required=True)
+    nsub = p.add_subparsers(dest="nodes_command", metavar="{repair}")
+    r = common(nsub.add_parser("repair", help="declare a drained or failed node repaired (admins)"))
+    r.add_argument("node", type=_name)
+    r.set_defaults(func=_cmd_nodes_repair)
+    budget = sub.add_parser("budget", help="the allocation tree (show / set / history / report)")
+    bsub = budget.add_subparsers(dest="budget_command", required=True, metavar="{show,set,history,report}")
     p = common(bsub.add_parser("show", help="shares, fractions and usage ratios"))
     p.set_defaults(func=_cmd_budget_show)
     p = common(bsub.add_parser("set", help="change shares: path=share ..."))
-    p.add_argument("shares", nargs="+")
+    p.add_argument("shares", nargs="+", type=_share, metavar="PATH=SHARE")
     p.add_argument("--reason", required=True)
     p.set_defaults(func=_cmd_budget_set)
     p = common(bsub.add_parser("history", help="the audit log of budget changes"))
     p.set_defaults(func=_cmd_budget_history)
+    p = common(bsub.add_parser("report", help="GPU-hours owed / delivered and attainment per team (the ledger)"))
+    p.add_argument("--from", dest="start", type=_when, default=None, metavar="WHEN",
+                   help="start: a duration ago (2d, 12 hours), a UTC date/time (2026-12-01 14:00) or now "
+                        "(default: the first event)")
+    p.add_argument("--to", dest="end", type=_when, default=NOW, metavar="WHEN", help="end (default: now)")
+    p.set_defaults(func=_cmd_budget_report)

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, ``timeshare: argument --gpus: ...``, exit 2
+    (subcommands' parsers are made of the same class)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"timeshare: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="timeshare", description="GPU time budgets, fair share and a simulator")
+    parser = Parser(prog="timeshare", description="GPU time budgets, fair share and a simulator")
     sub = parser.add_subparsers(dest="command", required=True)
     from .sim import cli as sim_cli
 
@@ -87,7 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and isinstance(command, str) and command in _HEAVY:
         # only from the command line: a caller of main() in its own process keeps it
         _run_compiled_if_built(sys.argv[1:])
-    return int(args.func(args) or 0)
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (`timeshare queue | head -1`): stop quietly with the status of a
+        # tool ended by SIGPIPE; what is still buffered goes to /dev/null at exit, not to a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE (13), as a shell reports a tool that signal ended
+    return code
 
 
 if __name__ == "__main__":

@@ -43,6 +43,10 @@ async def test_cli_submit_status_queue_budget_and_errors(stack):
     assert r.returncode == 0 and "beta" in r.stdout
     r = await timeshare(stack, "tok-admin", "queue")
     assert r.returncode == 0 and "0 pending" in r.stdout
+    r = await timeshare(stack, "tok-alice", "budget", "report", "--from", "1h")  # the ledger's real answer as a table
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("GPU-hours owed and delivered, 20") and "\nalpha/train " in r.stdout
+    assert "fleet attainment" in r.stdout
     r = await timeshare(stack, "tok-admin", "nodes", "--json")
     assert {n["name"] for n in json.loads(r.stdout)["nodes"]} == {"H100-000", "H100-001"}
     r = await timeshare(stack, "tok-carol", "cancel", wid)
