@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable
 
@@ -153,7 +154,9 @@ class Bus:
         return ack
 
     async def dead_letter(self, consumer: str, msg, reason: str) -> None:
-        headers = {"Timeshare-Reason": reason[:1000], "Timeshare-Subject": msg.subject}
+        # a header value must stay on one line and hold no NUL (the reason may quote bad input)
+        clean = "".join(c if c.isprintable() else " " for c in reason)[:1000]
+        headers = {"Timeshare-Reason": clean, "Timeshare-Subject": msg.subject}
         try:
             md = msg.metadata
             headers["Timeshare-Stream-Seq"] = str(md.sequence.stream)
@@ -238,36 +241,65 @@ class Bus:
 
 
 async def follow(bus: Bus, stream: str, filter_subject: str, on_batch, stop: asyncio.Event,
-                 start_seq: int = 1, caught_up: asyncio.Event | None = None) -> None:
+                 start_seq: int = 1, caught_up: asyncio.Event | None = None, name: str = "follower",
+                 status: dict | None = None) -> None:
     """Read ``filter_subject`` from ``start_seq`` and keep following it (no durable state).
 
-    ``on_batch(msgs, live)``: ``live`` is False while the stored history is being replayed."""
-    cfg = api.ConsumerConfig(filter_subject=filter_subject, ack_policy=api.AckPolicy.NONE,
-                             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq,
-                             inactive_threshold=30.0, mem_storage=True)
-    info = await bus.js.stream_info(stream)
-    live = info.state.last_seq < start_seq
-    if live and caught_up is not None:
-        caught_up.set()
-    sub = await bus.js.pull_subscribe(filter_subject, stream=stream, config=cfg)
-    try:
-        while not stop.is_set():
-            try:
-                msgs = await sub.fetch(1000, timeout=0.25)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                msgs = []
-            if msgs:
-                await on_batch(msgs, live)
-            if not live and (not msgs or msgs[-1].metadata.num_pending == 0):
-                live = True
-                if caught_up is not None:
-                    caught_up.set()
-                await on_batch([], True)
-    finally:
+    ``on_batch(msgs, live)``: ``live`` is False while the stored history is being replayed.
+    The ephemeral consumer behind it does not survive a NATS restart: whenever fetching fails,
+    or the consumer is found gone while idle, a new one starts right after the last message
+    handed to ``on_batch`` (supervised: logged, retried with backoff, never silent)."""
+    from .supervise import supervise
+
+    pos = {"next": start_seq, "live": False}
+    if status is not None:
+        status.setdefault("resubscribed", 0)
+
+    async def run() -> None:
+        cfg = api.ConsumerConfig(filter_subject=filter_subject, ack_policy=api.AckPolicy.NONE,
+                                 deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=pos["next"],
+                                 inactive_threshold=30.0, mem_storage=True)
+        info = await bus.js.stream_info(stream)
+        if not pos["live"] and info.state.last_seq < pos["next"]:
+            pos["live"] = True
+            if caught_up is not None:
+                caught_up.set()
+        sub = await bus.js.pull_subscribe(filter_subject, stream=stream, config=cfg)
+        last_check = time.monotonic()
         try:
-            await sub.unsubscribe()
-        except Exception:
-            pass
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(1000, timeout=0.25)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    msgs = []
+                if msgs:
+                    await on_batch(msgs, pos["live"])
+                    pos["next"] = msgs[-1].metadata.sequence.stream + 1
+                elif time.monotonic() - last_check > 2.0:
+                    await sub.consumer_info()  # NotFoundError once NATS lost it: start a new one
+                    last_check = time.monotonic()
+                if status is not None:
+                    status["next_seq"] = pos["next"]
+                    if msgs:
+                        status["lag"] = msgs[-1].metadata.num_pending
+                    status["last_progress"] = time.monotonic()
+                if not pos["live"] and (not msgs or msgs[-1].metadata.num_pending == 0):
+                    pos["live"] = True
+                    if caught_up is not None:
+                        caught_up.set()
+                    await on_batch([], True)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+
+    def on_error(exc: BaseException) -> None:
+        if status is not None:
+            status["last_error"] = f"{type(exc).__name__}: {exc}"
+            status["errors"] = status.get("errors", 0) + 1
+
+    await supervise(name, run, stop, max_wait_s=2.0, on_error=on_error)
 
 
 def decode_event(data: bytes) -> ev.Event:

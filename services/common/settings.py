@@ -48,6 +48,9 @@ class Settings:
     #: OpenTelemetry exporter: "none", "console" or "otlp" (OTEL_EXPORTER_OTLP_ENDPOINT)
     otel: str = "none"
     log_level: str = "INFO"
+    #: a projection retrying (a server away) or with messages waiting and no progress for
+    #: this long is "stuck": /healthz answers 503 and names it
+    stuck_after_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":

@@ -21,6 +21,7 @@ import time
 import uuid
 
 import msgspec
+import nats.errors
 from nats.js.errors import KeyWrongLastSequenceError
 
 from timeshare import events as ev
@@ -30,11 +31,12 @@ from timeshare.state import ENDED, RUNNING, SchedulerState
 from timeshare.tree import AllocationTree, TreeError
 from timeshare.workload import ContractError
 
-from ..common import subjects
+from ..common import healthz, subjects
 from ..common.bus import Bus, FenceError, decode_event, reply_json
 from ..common.cluster_config import ClusterConfig
 from ..common.ids import attempt_of
 from ..common.settings import Settings
+from ..common.supervise import describe, is_transient
 from ..common.telemetry import setup_telemetry
 from . import view
 
@@ -72,6 +74,9 @@ class Placement:
         self.subs = []
         self.lease_rev: int | None = None
         self.last_pass_wall = 0.0
+        self.terms = 0
+        self.terms_lost = 0
+        self.last_error: str | None = None
         self.stats = {"passes": 0, "inputs": 0, "decisions": 0, "rejected": 0, "duplicates": 0}
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -82,10 +87,21 @@ class Placement:
         for q in ("queue", "tree", "nodes", "workload", "digest"):
             self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, q),
                                                          cb=self._on_query))
+        self.subs.append(await healthz.serve(self.bus, self.cluster, "placement", self.health_report))
         self.tasks.append(asyncio.create_task(self._run(), name="placement"))
         if wait_leader:
             await self.leader.wait()
         return self
+
+    async def health_report(self) -> dict | None:
+        if not self.leader.is_set():
+            return None  # the leader answers for placement; a standby stays silent
+        info = await self.bus.js.consumer_info(subjects.INBOX_STREAM, f"placement-{self.cluster}")
+        inbox = {"lag": info.num_pending, "unacked": info.num_ack_pending, "last_error": self.last_error,
+                 "stuck": False}
+        return {"ok": self.bus.nc.is_connected, "leader": self.instance, "log_seq": self.last_log_seq,
+                "terms": self.terms, "terms_lost": self.terms_lost, "consumers": {"inbox": inbox},
+                "stats": self.stats}
 
     async def stop(self, release_lease: bool = True) -> None:
         self.stop_event.set()
@@ -114,46 +130,94 @@ class Placement:
         return f"placement.{self.cluster}"
 
     async def _run(self) -> None:
-        kv = await self.bus.js.key_value(subjects.LEASE_BUCKET)
+        """Campaign for the lease, lead until something goes wrong, step down, campaign again.
+
+        Nothing but ``stop`` ends this loop: a lost lease, a fenced append, NATS going away
+        mid-append or a bug in a pass each make this instance step down (logged) and campaign
+        again; the next term starts from a replay of the log."""
+        wait_s = 0.1
         while not self.stop_event.is_set():
-            await self._acquire_lease(kv)
-            refresher = asyncio.create_task(self._refresh_lease(kv))
+            started = time.monotonic()
             try:
-                await self._rebuild()
-                # the inbox durable acks all up to a sequence at once: what the previous leader
-                # fetched but never acked would be acked unseen by this leader's first ack, so
-                # everything above the ack floor is delivered again now (applied ids are skipped)
-                await self.bus.rewind_to_ack_floor(subjects.INBOX_STREAM, f"placement-{self.cluster}")
-                self.leader.set()
-                log.info("placement %s leads cluster %s from log seq %d", self.instance, self.cluster,
-                         self.last_log_seq)
-                await self._loop()
+                kv = await self.bus.js.key_value(subjects.LEASE_BUCKET)
+                await self._acquire_lease(kv)
+                await self._term(kv)
+            except asyncio.CancelledError:
+                raise
             except FenceError as exc:
+                self.last_error = describe(exc)
                 log.error("placement %s lost the log (%s); stepping down", self.instance, exc)
+            except Exception as exc:  # noqa: BLE001 - step down, never die
+                self.last_error = describe(exc)
+                log.error("placement %s stepped down: %s; campaigning again", self.instance, describe(exc),
+                          exc_info=not is_transient(exc))
             finally:
-                refresher.cancel()
                 self.leader.clear()
-            await asyncio.sleep(0.1)
+            if time.monotonic() - started > 30:
+                wait_s = 0.1
+            try:
+                await asyncio.wait_for(self.stop_event.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+            wait_s = min(2.0, wait_s * 2)
+
+    async def _term(self, kv) -> None:
+        """One term as leader: ends when the lease is lost (returns) or the work fails (raises)."""
+        refresher = asyncio.create_task(self._refresh_lease(kv), name="placement lease")
+        work = asyncio.create_task(self._lead(), name="placement leader")
+        try:
+            done, _ = await asyncio.wait({refresher, work}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (refresher, work):
+                t.cancel()
+            for t in (refresher, work):
+                try:
+                    await t
+                except (asyncio.CancelledError, Exception):
+                    pass
+        if work in done and not work.cancelled() and work.exception() is not None:
+            raise work.exception()
+        if refresher in done:
+            self.terms_lost += 1
+            log.error("placement %s lost its lease; campaigning again", self.instance)
+
+    async def _lead(self) -> None:
+        await self._rebuild()
+        # the inbox durable acks all up to a sequence at once: what the previous leader
+        # fetched but never acked would be acked unseen by this leader's first ack, so
+        # everything above the ack floor is delivered again now (applied ids are skipped)
+        await self.bus.rewind_to_ack_floor(subjects.INBOX_STREAM, f"placement-{self.cluster}")
+        self.leader.set()
+        self.terms += 1
+        log.info("placement %s leads cluster %s from log seq %d", self.instance, self.cluster, self.last_log_seq)
+        await self._loop()
 
     async def _acquire_lease(self, kv) -> None:
+        key, me = self._lease_key(), self.instance.encode()
         while not self.stop_event.is_set():
             try:
-                self.lease_rev = await kv.create(self._lease_key(), self.instance.encode())
+                self.lease_rev = await kv.create(key, me)
                 return
-            except Exception:  # held by another instance (KeyWrongLastSequenceError)
-                await asyncio.sleep(max(0.05, self.settings.lease_ttl_s / 10))
+            except Exception:  # held (KeyWrongLastSequenceError), or NATS away: look again
+                pass
+            try:
+                entry = await kv.get(key)
+                if entry.value == me:  # still ours from the last term (stepped down, not deposed)
+                    self.lease_rev = await kv.update(key, me, last=entry.revision)
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(max(0.05, self.settings.lease_ttl_s / 10))
         raise asyncio.CancelledError
 
     async def _refresh_lease(self, kv) -> None:
+        """Keep the lease; return once it is lost (another instance holds it, or it lapsed)."""
         while True:
             await asyncio.sleep(self.settings.lease_ttl_s / 3)
             try:
                 self.lease_rev = await kv.update(self._lease_key(), self.instance.encode(), last=self.lease_rev)
             except KeyWrongLastSequenceError:
-                log.error("placement %s lost its lease", self.instance)
                 self.leader.clear()
-                for t in self.tasks:
-                    t.cancel()
                 return
             except Exception as exc:  # NATS briefly away: try again
                 log.warning("lease refresh failed: %s", exc)
@@ -195,7 +259,7 @@ class Placement:
             while not self.stop_event.is_set():
                 try:
                     msgs = await sub.fetch(1000, timeout=self._fetch_timeout())
-                except Exception:  # timeout: nothing proposed
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):  # nothing proposed
                     msgs = []
                 await self._process(msgs)
         finally:

@@ -168,9 +168,9 @@ async def test_duplicate_submission_and_redelivered_events_change_nothing(stack)
     await bus.replay(subjects.LOG_STREAM, subjects.log_filter(cluster), msgs.append)
     gw = stack["gateway"]
     before = (await gw.store.get("workload", "w001"), await gw.store.journal("workload", "w001"))
-    await gw.projection.handle(msgs)
-    await stack["ledger"]._on_batch(msgs)
-    await stack["budget"]._on_batch(msgs)
+    await gw.projector.handle(msgs)
+    await stack["ledger"].projector.handle(msgs)
+    await stack["budget"].projector.handle(msgs)
     assert (await gw.store.get("workload", "w001"), await gw.store.journal("workload", "w001")) == before
     ledger_events = await stack["ledger"].store.journal("events", cluster)
     assert len(ledger_events) == len([e for e in await log_events(bus, cluster)
