@@ -52,9 +52,7 @@ class Budget:
             self.bus = await Bus.connect(self.settings, self.cluster, name="budget")
         await self.bus.ensure_infra()
         await self.store.open()
-        doc = await self.store.get("tree", "current")
-        if doc is not None:
-            self.tree = AllocationTree.from_shares(doc["shares"])
+        await self.load(self.store)
         self.projector = await Projector(self, self.bus, self.store, self.stop_event,
                                          stuck_after_s=self.settings.stuck_after_s).start()
         self.subs.append(await healthz.serve(self.bus, self.cluster, "budget", self.health_report))
@@ -83,6 +81,10 @@ class Budget:
             await self.bus.close()
 
     # -- projection ---------------------------------------------------------------------------
+    async def load(self, store) -> None:
+        doc = await store.get("tree", "current")
+        self.tree = AllocationTree.from_shares(doc["shares"]) if doc is not None else self.config.tree()
+
     async def begin(self, store, events) -> dict:
         return {"tree": self.tree, "seen": []}
 

@@ -1,9 +1,10 @@
 """The event bus: JetStream streams/consumers from infra/nats.json, publishing, consuming.
 
 Publishing sets ``Nats-Msg-Id`` to the event id (JetStream drops a duplicate inside the
-duplicate window) and puts the trace context in the headers. Placement pipelines its log
-appends; the first append of each batch carries ``Nats-Expected-Last-Subject-Sequence`` over
-the cluster's log subjects, so a deposed leader's next batch is refused (fencing).
+duplicate window) and puts the trace context in the headers. Placement appends a batch to the
+log with its first event carrying ``Nats-Expected-Last-Subject-Sequence`` over the cluster's
+log subjects, confirmed before the rest of the batch is pipelined: a deposed leader (or one
+rebuilt from part of the log) has its whole batch refused (fencing).
 """
 
 from __future__ import annotations
@@ -56,15 +57,35 @@ def infra_definitions(settings: Settings, cluster: str) -> dict:
 class Bus:
     def __init__(self, nc, settings: Settings, cluster: str):
         self.nc = nc
+        #: how many times the connection came back: a pull request in flight when it dropped
+        #: may have been delivered and lost, and an AckAll past it would ack it unseen, so
+        #: every consumer re-positions itself when this changes (see Projector, follow, placement)
+        self.reconnects = 0
         self.js = nc.jetstream(timeout=10)
         self.settings = settings
         self.cluster = cluster
 
     @classmethod
     async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare") -> "Bus":
+        holder: dict = {}
+
+        async def reconnected() -> None:
+            bus = holder.get("bus")
+            if bus is not None:
+                bus.reconnects += 1
+            log.warning("%s: reconnected to NATS (%s)", name, nc.connected_url.netloc if nc.connected_url else "?")
+
+        async def disconnected() -> None:
+            log.warning("%s: disconnected from NATS", name)
+
+        async def error(exc: Exception) -> None:  # one line, not nats-py's traceback per attempt
+            log.debug("%s: NATS connection: %s", name, exc)
+
         nc = await nats.connect(settings.nats_url.split(","), name=name, max_reconnect_attempts=-1,
-                                reconnect_time_wait=0.5)
-        return cls(nc, settings, cluster)
+                                reconnect_time_wait=0.5, reconnected_cb=reconnected,
+                                disconnected_cb=disconnected, error_cb=error)
+        holder["bus"] = bus = cls(nc, settings, cluster)
+        return bus
 
     async def close(self) -> None:
         try:
@@ -125,6 +146,7 @@ class Bus:
                              extra_headers: dict | None = None) -> list[api.PubAck]:
         """Publish in order (pipelined); with ``fence_after_seq``, the first append expects it as the last."""
         tasks = []
+        results: list = []
         for i, e in enumerate(events):
             # one stream serves every cluster: the dedup id names the cluster too
             headers = {"Nats-Msg-Id": f"{e.cluster}/{e.event_id}", "Timeshare-Event-Type": ev.event_type(e)}
@@ -137,15 +159,20 @@ class Bus:
                 # fails its next batch (and so does the new leader, which then rebuilds)
                 headers["Nats-Expected-Last-Subject-Sequence"] = str(fence_after_seq)
                 headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence_filter
+            if fence_after_seq is not None and i == 0:
+                # the fenced first append is confirmed before the rest leaves: a refused
+                # writer (deposed, or rebuilt from part of the log) must not slip its tail in
+                results.append(await self._request(subject_of(e), ev.encoder.encode(e), headers))
+                continue
             # the coroutines start in order, so the messages leave in order
             tasks.append(asyncio.ensure_future(self._request(subject_of(e), ev.encoder.encode(e), headers)))
         if not tasks:
-            return []
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for r in results:
+            return results
+        rest = await asyncio.gather(*tasks, return_exceptions=True)
+        for r in rest:
             if isinstance(r, BaseException):
                 raise r
-        return list(results)
+        return results + list(rest)
 
     async def propose(self, event: ev.Event) -> api.PubAck:
         """Send an event to placement's inbox (it validates and appends it to the log)."""
@@ -215,7 +242,11 @@ class Bus:
 
     async def replay(self, stream: str, filter_subject: str, on_msg: Callable[[object], None],
                      start_seq: int = 1) -> int:
-        """Read every stored message on ``filter_subject`` from ``start_seq``; returns the last seq seen."""
+        """Read every stored message on ``filter_subject`` from ``start_seq``; returns the last seq seen.
+
+        A fetch that times out does not mean the end (a loaded machine, a slow server): the
+        consumer says whether anything is still pending. Stopping early would rebuild a
+        leader's state from part of the log."""
         last = start_seq - 1
         info = await self.js.stream_info(stream)
         if info.state.last_seq < start_seq:
@@ -229,7 +260,9 @@ class Bus:
                 try:
                     msgs = await sub.fetch(2000, timeout=0.3)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                    break
+                    if (await sub.consumer_info()).num_pending == 0:
+                        break
+                    continue
                 for m in msgs:
                     on_msg(m)
                     last = m.metadata.sequence.stream
@@ -264,6 +297,7 @@ async def follow(bus: Bus, stream: str, filter_subject: str, on_batch, stop: asy
             pos["live"] = True
             if caught_up is not None:
                 caught_up.set()
+        epoch = bus.reconnects
         sub = await bus.js.pull_subscribe(filter_subject, stream=stream, config=cfg)
         last_check = time.monotonic()
         try:
@@ -272,6 +306,13 @@ async def follow(bus: Bus, stream: str, filter_subject: str, on_batch, stop: asy
                     msgs = await sub.fetch(1000, timeout=0.25)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
                     msgs = []
+                if bus.reconnects != epoch:
+                    # messages in flight when the connection dropped are gone (no acks, no
+                    # redelivery): start a new consumer right after the last one handled
+                    log.warning("%s: NATS reconnected; following again from seq %d", name, pos["next"])
+                    if status is not None:
+                        status["resubscribed"] += 1
+                    return
                 if msgs:
                     await on_batch(msgs, pos["live"])
                     pos["next"] = msgs[-1].metadata.sequence.stream + 1
@@ -283,7 +324,8 @@ async def follow(bus: Bus, stream: str, filter_subject: str, on_batch, stop: asy
                     if msgs:
                         status["lag"] = msgs[-1].metadata.num_pending
                     status["last_progress"] = time.monotonic()
-                if not pos["live"] and (not msgs or msgs[-1].metadata.num_pending == 0):
+                if not pos["live"] and (msgs[-1].metadata.num_pending == 0 if msgs
+                                        else (await sub.consumer_info()).num_pending == 0):
                     pos["live"] = True
                     if caught_up is not None:
                         caught_up.set()
@@ -299,7 +341,8 @@ async def follow(bus: Bus, stream: str, filter_subject: str, on_batch, stop: asy
             status["last_error"] = f"{type(exc).__name__}: {exc}"
             status["errors"] = status.get("errors", 0) + 1
 
-    await supervise(name, run, stop, max_wait_s=2.0, on_error=on_error)
+    while not stop.is_set():  # run() returns after a reconnect: start it again at once
+        await supervise(name, run, stop, max_wait_s=2.0, on_error=on_error, restart_on_return=False)
 
 
 def decode_event(data: bytes) -> ev.Event:

@@ -37,7 +37,7 @@ from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
 from timeshare import events as ev
 
 from . import subjects
-from .store import Changes
+from .store import Changes, StoreBehind
 from .supervise import describe, is_transient, spawn
 
 log = logging.getLogger("timeshare.projector")
@@ -48,6 +48,9 @@ class Projection(Protocol):
 
     #: the durable consumer's name, also the key of the stored stream sequence
     consumer: str
+
+    async def load(self, store) -> None:
+        """(Re)load the in-memory state from the store (at start, and when the store went back)."""
 
     async def begin(self, store, events: list[tuple[int, ev.Event]]) -> Any:
         """A working copy of the state for one batch (may read the documents it touches)."""
@@ -72,6 +75,10 @@ class ConsumerStatus:
     last_error: str | None = None
     errors: int = 0
     dead_letters: int = 0
+    #: times the consumer was re-positioned after NATS reconnected
+    resubscribed: int = 0
+    #: times the store was found behind what it had confirmed, and the stream read again
+    rewound: int = 0
     retrying_since: float | None = None
     last_progress: float = 0.0
 
@@ -150,19 +157,23 @@ class Projector:
         self.status.last_progress = time.monotonic()
 
     # -- the loop -------------------------------------------------------------------------
-    async def _subscribe(self):
+    async def _subscribe(self, rewind: bool = False):
+        """Bind to the durable; with ``rewind``, first make it deliver everything after the
+        stored sequence again (what was in flight when the connection dropped included)."""
         try:
-            await self.bus._align_durable(self.stream, self.consumer, self.status.applied_seq)
+            await self.bus._align_durable(self.stream, self.consumer, self.status.applied_seq, force=rewind)
         except NotFoundError:
             # the durable is gone (NATS lost its store): create it again from infra/nats.json;
             # the store's sequence says what to skip
             log.warning("durable %s on %s is missing: creating it again", self.consumer, self.stream)
             await self.bus.ensure_infra()
-            await self.bus._align_durable(self.stream, self.consumer, self.status.applied_seq)
+            await self.bus._align_durable(self.stream, self.consumer, self.status.applied_seq, force=rewind)
         return await self.bus.js.pull_subscribe_bind(self.consumer, self.stream)
 
     async def _run(self) -> None:
-        sub = await self._subscribe()
+        # after a failure the connection may have dropped with a delivery in flight: rewind
+        sub = await self._subscribe(rewind=self.status.errors > 0)
+        epoch = self.bus.reconnects
         if self.status.state != "retrying":
             self.status.state = "running"
         last_info = time.monotonic()
@@ -172,6 +183,17 @@ class Projector:
                     msgs = await sub.fetch(self.batch, timeout=self.idle_timeout_s)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
                     msgs = []
+                if self.bus.reconnects != epoch:
+                    # a delivery in flight when the connection dropped is lost, and acking
+                    # "all up to" a later message would ack it unseen: not this batch, but
+                    # everything after the stored sequence, again
+                    log.warning("%s: NATS reconnected; redelivering from seq %d", self.consumer,
+                                self.status.applied_seq + 1)
+                    await sub.unsubscribe()
+                    sub = await self._subscribe(rewind=True)
+                    epoch = self.bus.reconnects
+                    self.status.resubscribed += 1
+                    continue
                 if not msgs:
                     if time.monotonic() - last_info >= self.info_every_s:
                         # also proves the consumer still exists (NotFoundError -> re-subscribe)
@@ -181,7 +203,19 @@ class Projector:
                         if self.status.state == "retrying":
                             self._note_progress()
                     continue
-                await self.handle(msgs)
+                try:
+                    await self.handle(msgs)
+                except StoreBehind as exc:
+                    # the store lost commits it had confirmed (a PostgreSQL crash with
+                    # synchronous_commit=off...): reload from it and read again from its sequence
+                    log.error("%s; reloading and reading the stream again from seq %d", exc, exc.stored_seq + 1)
+                    await sub.unsubscribe()
+                    self.status.applied_seq = exc.stored_seq
+                    await self.projection.load(self.store)
+                    sub = await self._subscribe(rewind=True)
+                    epoch = self.bus.reconnects
+                    self.status.rewound += 1
+                    continue
                 await msgs[-1].ack()  # AckAll: acks the whole batch
                 self.status.lag = msgs[-1].metadata.num_pending
                 self._note_progress()
@@ -221,7 +255,7 @@ class Projector:
         try:
             await self._commit([(seq, e) for seq, _, e in good], last)
         except Exception as exc:
-            if is_transient(exc):
+            if is_transient(exc) or isinstance(exc, StoreBehind):
                 raise
             if len(good) > 1:
                 log.warning("%s: a batch of %d events could not be stored (%s); storing them one at a time",
@@ -233,7 +267,10 @@ class Projector:
                 return
             if not good:
                 raise
-            # one event the store refuses for its data: dead-letter it and record its sequence
+            # one event refused: for its data, or because the store cannot store anything (its
+            # schema gone...)? A read of the stored sequence tells; only a record the working
+            # store refuses is dead-lettered (with the reason), and its sequence recorded
+            await self.store.last_seq(self.consumer)
             seq, m, e = good[0]
             await self._dead_letter(m, f"cannot store {ev.event_type(e)} {e.event_id}: {describe(exc)}")
             await self._commit([], last)
@@ -243,7 +280,7 @@ class Projector:
         changes = Changes()
         for seq, e in events:
             work = self.projection.fold(work, seq, e, changes)
-        if await self.store.commit(self.consumer, last, changes) and events:
+        if await self.store.commit(self.consumer, last, changes, expect_at_least=self.status.applied_seq) and events:
             self.projection.committed(work, events)
         self.status.applied_seq = max(self.status.applied_seq, last)
 

@@ -37,6 +37,16 @@ class Changes:
         self.appends.append((kind, key, doc))
 
 
+class StoreBehind(Exception):
+    """The store holds an older sequence than its writer last stored: it went back in time
+    (a crash lost commits made with ``synchronous_commit=off``, a restore from a backup).
+    The writer must reload its state from the store and read the stream again from there."""
+
+    def __init__(self, consumer: str, stored_seq: int, expected_seq: int):
+        super().__init__(f"{consumer}: the store holds sequence {stored_seq}, {expected_seq} was stored before")
+        self.stored_seq = stored_seq
+
+
 class MemoryStore:
     def __init__(self) -> None:
         self.offsets: dict[str, int] = {}
@@ -53,8 +63,10 @@ class MemoryStore:
     async def last_seq(self, consumer: str) -> int:
         return self.offsets.get(consumer, 0)
 
-    async def commit(self, consumer: str, seq: int, changes: Changes) -> bool:
+    async def commit(self, consumer: str, seq: int, changes: Changes, expect_at_least: int = 0) -> bool:
         async with self.lock:
+            if self.offsets.get(consumer, 0) < expect_at_least:
+                raise StoreBehind(consumer, self.offsets.get(consumer, 0), expect_at_least)
             if seq <= self.offsets.get(consumer, 0):
                 return False
             for key, doc in changes.puts.items():
@@ -163,10 +175,15 @@ class PostgresStore:
         v = await self.pool.fetchval("SELECT stream_seq FROM offsets WHERE consumer = $1", consumer)
         return v or 0
 
-    async def commit(self, consumer: str, seq: int, changes: Changes) -> bool:
+    async def commit(self, consumer: str, seq: int, changes: Changes, expect_at_least: int = 0) -> bool:
+        """Store ``changes`` and ``seq`` at once; False (nothing changed) when ``seq`` is not past
+        the stored one. ``expect_at_least``: the sequence this writer stored last; a store
+        holding less went back in time (``StoreBehind``)."""
         async with self.pool.acquire() as conn, conn.transaction():
             # the row lock serialises concurrent commits of one consumer
             cur = await conn.fetchval("SELECT stream_seq FROM offsets WHERE consumer = $1 FOR UPDATE", consumer)
+            if (cur or 0) < expect_at_least:
+                raise StoreBehind(consumer, cur or 0, expect_at_least)
             if cur is not None and seq <= cur:
                 return False
             puts = [(k, key, doc) for (k, key), doc in changes.puts.items() if doc is not None]

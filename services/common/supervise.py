@@ -50,14 +50,16 @@ def describe(exc: BaseException) -> str:
 
 async def supervise(name: str, factory: Callable[[], Awaitable[None]], stop: asyncio.Event,
                     initial_wait_s: float = 0.1, max_wait_s: float = 5.0, healthy_after_s: float = 30.0,
-                    on_error: Callable[[BaseException], None] | None = None) -> None:
-    """Run ``factory()`` until ``stop`` is set, restarting it after a failure or an early return."""
+                    on_error: Callable[[BaseException], None] | None = None,
+                    restart_on_return: bool = True) -> None:
+    """Run ``factory()`` until ``stop`` is set, restarting it after a failure or an early return
+    (with ``restart_on_return=False`` a return ends the supervision: the caller loops)."""
     wait_s = initial_wait_s
     while not stop.is_set():
         started = time.monotonic()
         try:
             await factory()
-            if stop.is_set():
+            if stop.is_set() or not restart_on_return:
                 return
             log.warning("%s ended while the service runs; restarting it", name)
         except asyncio.CancelledError:

@@ -38,6 +38,33 @@ def wait_port(port: int, timeout_s: float = 15.0, proc: subprocess.Popen | None 
     raise TimeoutError(f"nothing listens on port {port} after {timeout_s}s")
 
 
+def die_with_parent(sig: int = signal.SIGTERM):
+    """A ``preexec_fn`` for a child that must not outlive this process however it ends (even
+    SIGKILL): Linux's parent-death signal (prctl PR_SET_PDEATHSIG). None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+def spawn_service(name: str, settings, log_path: str, die_with_me: bool = True) -> subprocess.Popen:
+    """``python -m services.<name>`` with these settings, as a separate process."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, **settings.env(), PYTHONPATH=f"{root / 'shared'}:{root}")
+    return subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env, cwd=root,
+                            stdout=open(log_path, "ab"), stderr=subprocess.STDOUT,
+                            preexec_fn=die_with_parent() if die_with_me else None)
+
+
 def nats_server_binary() -> str:
     here = Path(sys.executable).parent / "nats-server"
     if here.exists():
@@ -70,9 +97,9 @@ class NatsServer:
         wait_port(self.port, proc=self.proc)
         return self
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
@@ -137,8 +164,8 @@ class PostgresServer:
         wait_port(self.port)
         return self
 
-    def stop(self) -> None:
+    def stop(self, mode: str = "immediate") -> None:
         if self.started:
-            subprocess.run(_as_postgres([f"{self.bin_dir}/pg_ctl", "-D", self.data_dir, "-m", "immediate", "-w",
+            subprocess.run(_as_postgres([f"{self.bin_dir}/pg_ctl", "-D", self.data_dir, "-m", mode, "-w",
                                          "stop"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.started = False

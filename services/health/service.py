@@ -59,8 +59,7 @@ class Health:
             self.bus = await Bus.connect(self.settings, self.cluster, name="health")
         await self.bus.ensure_infra()
         await self.store.open()
-        for name, doc in await self.store.scan("node"):
-            self.nodes[name] = doc
+        await self.load(self.store)
         self.projector = await Projector(self, self.bus, self.store, self.stop_event,
                                          stuck_after_s=self.settings.stuck_after_s).start()
         self.tasks.append(spawn("health heartbeat watch", self._watch, self.stop_event))
@@ -99,6 +98,10 @@ class Health:
             await self.bus.close()
 
     # -- projection of node states ------------------------------------------------------
+    async def load(self, store) -> None:
+        for name, doc in await store.scan("node"):
+            self.nodes[name] = {**self.nodes.get(name, {}), **doc}
+
     async def begin(self, store, events) -> dict:
         return {}  # the node documents this batch changed (copies of self.nodes's)
 

@@ -63,8 +63,7 @@ class Ledger:
             self.bus = await Bus.connect(self.settings, self.cluster, name="ledger")
         await self.bus.ensure_infra()
         await self.store.open()
-        for doc in await self.store.journal("events", self.cluster):
-            self._observe(ev.decoder.decode(msgspec.json.encode(doc)))
+        await self.load(self.store)
         self.projector = await Projector(self, self.bus, self.store, self.stop_event,
                                          stuck_after_s=self.settings.stuck_after_s).start()
         self.tasks.append(spawn("ledger usage snapshots", self._snapshots, self.stop_event))
@@ -110,6 +109,12 @@ class Ledger:
                 self.tree = AllocationTree.from_shares(e.new)
 
     # -- the projection (run by services.common.projector) ---------------------------------
+    async def load(self, store) -> None:
+        self._reset()
+        for doc in await store.journal("events", self.cluster):
+            self._observe(ev.decoder.decode(msgspec.json.encode(doc)))
+        self.dirty = True
+
     async def begin(self, store, events) -> list[ev.Event]:
         return []
 

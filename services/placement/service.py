@@ -254,13 +254,25 @@ class Placement:
         return timeout
 
     async def _loop(self) -> None:
-        sub = await self.bus.js.pull_subscribe_bind(f"placement-{self.cluster}", subjects.INBOX_STREAM)
+        durable = f"placement-{self.cluster}"
+        sub = await self.bus.js.pull_subscribe_bind(durable, subjects.INBOX_STREAM)
+        epoch = self.bus.reconnects
         try:
             while not self.stop_event.is_set():
                 try:
                     msgs = await sub.fetch(1000, timeout=self._fetch_timeout())
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):  # nothing proposed
                     msgs = []
+                if self.bus.reconnects != epoch:
+                    # a batch in flight when the connection dropped is lost; the next "ack all
+                    # up to" would ack it unseen: deliver again everything above the ack floor
+                    # (applied ids are skipped)
+                    log.warning("placement %s: NATS reconnected; rewinding the inbox to its ack floor", self.instance)
+                    await sub.unsubscribe()
+                    await self.bus.rewind_to_ack_floor(subjects.INBOX_STREAM, durable)
+                    sub = await self.bus.js.pull_subscribe_bind(durable, subjects.INBOX_STREAM)
+                    epoch = self.bus.reconnects
+                    continue
                 await self._process(msgs)
         finally:
             try:
