@@ -31,6 +31,9 @@ from .report import attainment_report
 
 log = logging.getLogger("timeshare.ledger")
 
+#: the longest range one report bins (hour by hour, per team)
+MAX_REPORT_RANGE_S = 400 * 86400
+
 
 class Ledger:
     def __init__(self, settings: Settings, config: ClusterConfig, clock, bus: Bus | None = None, store=None,
@@ -158,9 +161,23 @@ class Ledger:
                     log.warning("usage snapshot: %s", exc)
 
     async def report(self, from_s: float | None, to_s: float | None) -> dict:
+        # the report bins every hour of the range for every team: a far ``to_s`` once took
+        # 23.7 GB and stalled every service, so ranges it cannot serve are refused up front
+        now_s = max(self.clock.now_ms(), self.last_ms) / 1000
+        if to_s is not None and to_s > now_s + 3600:
+            return {"error": f"to_s {to_s:.0f} is in the future (now is {now_s:.0f}): a report covers what "
+                             "happened", "status": 400}
+        if from_s is not None and to_s is not None and to_s < from_s:
+            return {"error": "to_s is before from_s", "status": 400}
+        if from_s is not None and (to_s if to_s is not None else now_s) - from_s > MAX_REPORT_RANGE_S:
+            return {"error": f"a report covers at most {MAX_REPORT_RANGE_S // 86400} days; ask for a shorter "
+                             "range (from_s, to_s)", "status": 400}
         docs = await self.store.journal("events", self.cluster)
         events = [ev.decoder.decode(msgspec.json.encode(d)) for d in docs]
-        to = to_s if to_s is not None else max(self.clock.now_ms(), self.last_ms) / 1000
+        if from_s is None and events and (to_s if to_s is not None else now_s) - events[0].at_ms / 1000 > MAX_REPORT_RANGE_S:
+            return {"error": f"the journal spans more than {MAX_REPORT_RANGE_S // 86400} days: give from_s",
+                    "status": 400}
+        to = to_s if to_s is not None else now_s
         pools = {gt: p.total_gpus for gt, p in self.cluster_model.pools.items()}
         nodes = {n.name: (p.gpu_type, n.gpus) for p in self.cluster_model.pools.values() for n in p.nodes}
         return attainment_report(events, self.tree, pools, nodes, self.config.policy.max_min_runtime_s, from_s, to)
