@@ -77,8 +77,10 @@ class ChaosResult:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.not_completed or self.ledger_duplicates
-                    or self.invariant_error or self.gateway_behind) and self.healthz_status == 200
+        recovered = all(f.scheduling_resumed_s is not None and f.projections_caught_up_s is not None
+                        for f in self.faults)
+        return recovered and not (self.lost or self.duplicated or self.not_completed or self.ledger_duplicates
+                                  or self.invariant_error or self.gateway_behind) and self.healthz_status == 200
 
     @property
     def gateway_behind(self) -> int:
@@ -393,6 +395,8 @@ def report(result: ChaosResult, echo=print) -> None:
     echo(f"gateway store: {dict(result.gateway_rows)} (not shown completed: {result.gateway_behind}); "
          f"ledger journal duplicates: {result.ledger_duplicates}; "
          f"/healthz: {result.healthz_status}")
+    slow = [f.fault for f in result.faults if f.scheduling_resumed_s is None or f.scheduling_resumed_s > 10]
+    echo(f"scheduling resumed within 10 s of every return: {'yes' if not slow else 'NO: ' + ', '.join(slow)}")
     echo("RESULT: " + ("ok" if result.ok else "FAILED"))
 
 
@@ -410,6 +414,10 @@ def main(argv=None) -> int:
     unknown = sorted(set(faults) - set(FAULTS))
     if unknown:
         p.error(f"unknown faults {unknown}; choose from {', '.join(FAULTS)}")
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("timeshare.bus").setLevel(logging.ERROR)  # the driver's own reconnects: expected
     workdir = tempfile.mkdtemp(prefix="timeshare-chaos-")
     chaos = Chaos(workdir, args.cluster_file, rate=args.rate, down_s=args.down, gap_s=args.gap)
     print(f"chaos: work folder {workdir}; starting nats-server, PostgreSQL and every service ...", flush=True)

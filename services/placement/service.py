@@ -76,6 +76,7 @@ class Placement:
         self.last_pass_wall = 0.0
         self.terms = 0
         self.terms_lost = 0
+        self.rebuilds = 0
         self.last_error: str | None = None
         self.stats = {"passes": 0, "inputs": 0, "decisions": 0, "rejected": 0, "duplicates": 0}
 
@@ -222,11 +223,20 @@ class Placement:
             except Exception as exc:  # NATS briefly away: try again
                 log.warning("lease refresh failed: %s", exc)
 
+    def _id_prefix(self) -> str:
+        """Decision ids of this rebuild: unique per instance *and* rebuild. A new term in the
+        same process counts its decisions from 1 again; with the old prefix its ids collided
+        with the last term's inside the dedup window, JetStream dropped those decisions as
+        duplicates and answered with the old sequences, and the leader fenced itself out for
+        the length of the window (two minutes without scheduling after a NATS restart)."""
+        self.rebuilds += 1
+        return f"p{self.instance}-" if self.rebuilds == 1 else f"p{self.instance}r{self.rebuilds}-"
+
     async def _rebuild(self) -> None:
         """Replay the cluster's log into a fresh state."""
         t0 = time.perf_counter()
         self.state = SchedulerState(self.config.tree(), self.config.cluster(), self.config.policy,
-                                    name=self.cluster, id_prefix=f"p{self.instance}-")
+                                    name=self.cluster, id_prefix=self._id_prefix())
         self.applied_ids = set()
         n = 0
 
@@ -360,7 +370,12 @@ class Placement:
         acks = await self.bus.publish_events(
             out, lambda e: subjects.log_subject(self.cluster, ev.event_type(e)),
             fence_after_seq=self.last_log_seq, fence_filter=subjects.log_filter(self.cluster))
-        self.last_log_seq = acks[-1].seq
+        self.last_log_seq = max(self.last_log_seq, *(a.seq for a in acks))
+        dup = [(e.event_id, a.seq) for e, a in zip(out, acks) if a.duplicate]
+        if dup:
+            # an id already in the log was not appended, yet the state applied it: the state is
+            # no longer the log's; end the term, the next one rebuilds from the log
+            raise RuntimeError(f"{len(dup)} events not appended, their ids are in the log already: {dup[:5]}")
 
     # -- the shell's rules for proposed events -------------------------------------------
     def _accept(self, e: ev.Event) -> list[ev.Event]:

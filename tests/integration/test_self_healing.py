@@ -20,7 +20,9 @@ from services.devstack.stack import Stack
 from tests.invariants import check_no_gpu_double_booked, check_protection
 
 from .conftest import DATA, TOKENS
-from .helpers import client, wait_for
+from timeshare import events as ev
+
+from .helpers import client, log_events, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -124,6 +126,11 @@ def _submission(cluster: str, wid: str):
 async def test_a_leader_that_loses_its_lease_steps_down_and_campaigns_again(stack):
     placement = stack["placement"]
     assert placement.leader.is_set() and placement.terms == 1
+    async with client(stack) as http:  # the first term decides something
+        r = await http.post("/v1/workloads", json={"project": "alpha/train", "gpu_type": "H100", "gpus": 1,
+                                                   "work_s": 1, "id": "w-before-lease"})
+        assert r.status_code == 202
+        await wait_for(lambda: _state(http, "w-before-lease", "completed"), 30, what="w-before-lease to complete")
     kv = await placement.bus.js.key_value(subjects.LEASE_BUCKET)
     key = f"placement.{stack.settings.cluster}"
     # another instance takes the lease (as after a long pause of this one)
@@ -139,6 +146,13 @@ async def test_a_leader_that_loses_its_lease_steps_down_and_campaigns_again(stac
                                                    "work_s": 1, "id": "w-after-lease"})
         assert r.status_code == 202
         await wait_for(lambda: _state(http, "w-after-lease", "completed"), 30, what="w-after-lease to complete")
+    # the second term's decisions have ids of their own (they once collided with the first
+    # term's inside the dedup window: JetStream dropped them and the leader fenced itself out)
+    events = await log_events(placement.bus, stack.settings.cluster)
+    ids = [e.event_id for e in events]
+    assert len(ids) == len(set(ids))
+    started = [e for e in events if isinstance(e, ev.WorkloadStarted)]
+    assert [e.workload_id for e in started] == ["w-before-lease", "w-after-lease"]
 
 
 async def _is(value: bool) -> bool:
