@@ -158,9 +158,14 @@ class Projector:
 
     # -- the loop -------------------------------------------------------------------------
     async def _subscribe(self, rewind: bool = False):
-        """Bind to the durable; with ``rewind``, first make it deliver everything after the
-        stored sequence again (what was in flight when the connection dropped included)."""
+        """Bind to the durable; first make it deliver again everything after the stored
+        sequence when ``rewind`` is asked or the durable delivered past the store: a batch a
+        killed process fetched but never stored is otherwise redelivered only after ack_wait,
+        and by then this process's first AckAll has acked it unseen."""
         try:
+            info = await self.bus.js.consumer_info(self.stream, self.consumer)
+            delivered = info.delivered.stream_seq if info.delivered else 0
+            rewind = rewind or delivered > self.status.applied_seq
             await self.bus._align_durable(self.stream, self.consumer, self.status.applied_seq, force=rewind)
         except NotFoundError:
             # the durable is gone (NATS lost its store): create it again from infra/nats.json;

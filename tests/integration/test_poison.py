@@ -1,5 +1,6 @@
-"""A record a projection cannot store goes to the dead-letter stream with its reason, and the
-projection moves on (it used to stall for good, across restarts)."""
+"""A projection neither stalls on a record nor loses one: a record it cannot store goes to the
+dead-letter stream with its reason and the projection moves on (it used to stall for good,
+across restarts); a batch a killed projection fetched but never stored reaches its successor."""
 
 from __future__ import annotations
 
@@ -83,3 +84,33 @@ async def _state(http, wid: str, state: str):
 async def _at(service, seq: int):
     return service.projector.applied_seq >= seq
 
+
+
+async def test_a_batch_a_killed_projection_fetched_but_never_stored_reaches_its_successor(stack):
+    from services.common.bus import Bus
+
+    cluster = stack.settings.cluster
+    await stack.stop_service("gateway")
+    bus = stack["budget"].bus
+    for wid in ("w-k1", "w-k2"):
+        await bus.propose(submission(cluster, wid))
+    await wait_for(lambda: _in_log(bus, cluster, {"w-k1", "w-k2"}), 15, what="w-k1, w-k2 in the log")
+    # a gateway that fetched them and died before storing them (no ack, no commit)
+    killed = await Bus.connect(stack.settings, cluster, name="killed-gateway")
+    sub = await killed.js.pull_subscribe_bind(f"gateway-{cluster}", subjects.LOG_STREAM)
+    fetched = await sub.fetch(100, timeout=5)
+    assert {ev.decoder.decode(m.data).workload.id for m in fetched
+            if m.subject.endswith("workload.submitted")} >= {"w-k1", "w-k2"}
+    await killed.nc.close()
+    await bus.propose(submission(cluster, "w-k3"))
+    gw = await stack.start_service("gateway")
+    for wid in ("w-k1", "w-k2", "w-k3"):  # well before the 30 s ack_wait would bring them back
+        await wait_for(lambda: _stored(gw, wid), 15, what=f"{wid} in the restarted gateway")
+
+
+async def _in_log(bus, cluster, ids):
+    return ids <= {e.workload.id for e in of_type(await log_events(bus, cluster), ev.WorkloadSubmitted)}
+
+
+async def _stored(gw, wid):
+    return await gw.store.get("workload", wid) is not None
