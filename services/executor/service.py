@@ -150,6 +150,8 @@ class Executor:
                 end_ms = e.at_ms + int(round(remaining_s * 1000 * (1.0 if self.clock.manual else self.settings.time_scale)))
                 self.running[e.workload_id] = Running(e.workload_id, e.attempt, end_ms, spec, e.placement, seq)
             case ev.WorkloadPreempted() | ev.WorkloadCancelled() | ev.WorkloadFailed() | ev.WorkloadCompleted():
+                if not (isinstance(e, ev.WorkloadPreempted) and e.resumable):
+                    self.specs.pop(e.workload_id, None)  # ended for good: never started again
                 r = self.running.pop(e.workload_id, None)
                 if r is not None:
                     r.stopping = True
