@@ -43,7 +43,7 @@ from ..common import subjects
 from ..common.bus import Bus
 from ..common.cluster_config import load_cluster
 from ..common.settings import DEFAULT_CLUSTER_FILE, Settings
-from .servers import NatsServer, PostgresServer, free_port, spawn_service
+from .servers import NatsCluster, NatsServer, PostgresServer, free_port, spawn_service
 
 SERVICES = ("placement", "budget", "ledger", "health", "executor", "gateway")
 FAULTS = ("nats", "postgres", *SERVICES)
@@ -138,7 +138,8 @@ class Flow:
 
 class Chaos:
     def __init__(self, workdir: str, cluster_file: str = DEFAULT_CLUSTER_FILE, rate: float = 10.0,
-                 down_s: float = 3.0, gap_s: float = 5.0, lease_ttl_s: float = 3.0, echo=print):
+                 down_s: float = 3.0, gap_s: float = 5.0, lease_ttl_s: float = 3.0, echo=print,
+                 nats_cluster: int = 0):
         self.workdir = workdir
         self.cluster_file = cluster_file
         self.rate = rate
@@ -146,13 +147,19 @@ class Chaos:
         self.gap_s = gap_s
         self.lease_ttl_s = lease_ttl_s
         self.echo = echo
+        #: 0: one nats-server; 3: a JetStream cluster of three (streams with 3 replicas), where
+        #: the ``nats`` fault SIGKILLs the server leading the log stream
+        self.nats_cluster = nats_cluster
         self.procs: dict[str, object] = {}
         self.standby = None
         self.log_of: dict[int, str] = {}  # pid -> its log file
 
     # -- servers and services ------------------------------------------------------------------
     def start_servers(self) -> None:
-        self.nats = NatsServer(os.path.join(self.workdir, "nats")).start()
+        if self.nats_cluster:
+            self.nats = NatsCluster(os.path.join(self.workdir, "nats"), self.nats_cluster).start()
+        else:
+            self.nats = NatsServer(os.path.join(self.workdir, "nats")).start()
         self.pg = PostgresServer().start()
         config = load_cluster(self.cluster_file, "")
         self.config = config
@@ -160,7 +167,7 @@ class Chaos:
             nats_url=self.nats.url, database_url=self.pg.dsn, cluster_file=self.cluster_file, cluster=config.name,
             http_port=free_port(), tokens=json.dumps({TOKEN: {"user": "chaos", "admin": True}}),
             lease_ttl_s=self.lease_ttl_s, pass_interval_s=5.0, heartbeat_timeout_s=0, time_scale=1.0,
-            log_level="INFO", stuck_after_s=30.0)
+            log_level="INFO", stuck_after_s=30.0, replicas=3 if self.nats_cluster else 1)
 
     def spawn(self, name: str, tag: str = ""):
         path = os.path.join(self.workdir, f"{name}{tag}.log")
@@ -169,6 +176,21 @@ class Chaos:
         return proc
 
     async def start_services(self) -> None:
+        if self.nats_cluster:  # JetStream answers once the cluster elected its meta leader
+            async def js_ready():
+                try:
+                    bus = await Bus.connect(self.settings, self.config.name, name="chaos-probe")
+                except Exception:
+                    return False
+                try:
+                    await bus.ensure_infra()
+                    return True
+                except Exception:
+                    return False
+                finally:
+                    await bus.close()
+
+            await self._until(js_ready, 60, "the NATS cluster's JetStream")
         for name in SERVICES:
             self.procs[name] = self.spawn(name)
         self.standby = self.spawn("placement", "-standby")
@@ -202,17 +224,29 @@ class Chaos:
 
     async def _until(self, predicate, timeout_s: float, what: str):
         deadline = time.monotonic() + timeout_s
+        last_error = None
         while time.monotonic() < deadline:
-            result = await predicate()
+            try:  # the driver's own requests meet the faults too (a stream electing a leader)
+                result = await predicate()
+            except Exception as exc:  # noqa: BLE001
+                result, last_error = None, exc
             if result:
                 return result
             await asyncio.sleep(0.1)
-        raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}"
+                           + (f" (last error: {last_error!r})" if last_error else ""))
 
     # -- faults ---------------------------------------------------------------------------------
     async def inject(self, fault: str, bus: Bus) -> FaultResult:
         result = FaultResult(fault, self.down_s if fault in ("nats", "postgres") else 1.0)
-        if fault == "nats":
+        if fault == "nats" and self.nats_cluster:
+            info = await bus.js.stream_info(subjects.LOG_STREAM)
+            leader = self.nats.by_name(info.cluster.leader)
+            result.fault = f"nats {leader.name} (log leader, SIGKILL)"
+            leader.stop(signal.SIGKILL)
+            await asyncio.sleep(self.down_s)
+            leader.start()
+        elif fault == "nats":
             self.nats.stop()
             await asyncio.sleep(self.down_s)
             self.nats.start()
@@ -273,8 +307,14 @@ class Chaos:
         return self.procs["placement"]
 
     async def _log_last_seq(self, bus: Bus) -> int:
-        info = await bus.js.stream_info(subjects.LOG_STREAM)
-        return info.state.last_seq
+        async def ask():  # the stream may be electing a leader right after a fault
+            try:
+                return (await bus.js.stream_info(subjects.LOG_STREAM)).state.last_seq or -1
+            except Exception:
+                return None
+
+        seq = await self._until(ask, 60, "the log stream to answer")
+        return max(seq, 0)
 
     async def _tail(self, bus: Bus, start_seq: int) -> list[ev.Event]:
         out: list[ev.Event] = []
@@ -409,6 +449,9 @@ def main(argv=None) -> int:
     p.add_argument("--gap", type=float, default=5.0, help="seconds of steady flow between faults (default 5)")
     p.add_argument("--cluster-file", default=DEFAULT_CLUSTER_FILE)
     p.add_argument("--keep", action="store_true", help="keep the work folder (logs of every process)")
+    p.add_argument("--nats-cluster", type=int, default=0, metavar="N",
+                   help="N nats-servers in a JetStream cluster, streams with 3 replicas; the nats fault "
+                        "SIGKILLs the server leading the log stream (default: one server)")
     args = p.parse_args(argv)
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
     unknown = sorted(set(faults) - set(FAULTS))
@@ -419,7 +462,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("timeshare.bus").setLevel(logging.ERROR)  # the driver's own reconnects: expected
     workdir = tempfile.mkdtemp(prefix="timeshare-chaos-")
-    chaos = Chaos(workdir, args.cluster_file, rate=args.rate, down_s=args.down, gap_s=args.gap)
+    chaos = Chaos(workdir, args.cluster_file, rate=args.rate, down_s=args.down, gap_s=args.gap,
+                  nats_cluster=args.nats_cluster)
     print(f"chaos: work folder {workdir}; starting nats-server, PostgreSQL and every service ...", flush=True)
     chaos.start_servers()
     try:

@@ -86,6 +86,9 @@ class NatsServer:
     proc: subprocess.Popen | None = None
     log_path: str = ""
     notes: list[str] = field(default_factory=list)
+    #: more nats-server arguments (cluster routes, server name: see NatsCluster)
+    extra_args: list[str] = field(default_factory=list)
+    name: str = ""
 
     @property
     def pid_file(self) -> str:
@@ -125,7 +128,7 @@ class NatsServer:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [nats_server_binary(), "-js", "-sd", self.store_dir, "-a", "127.0.0.1", "-p", str(self.port),
-             "-P", self.pid_file],
+             "-P", self.pid_file, *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
         wait_port(self.port, proc=self.proc)
         return self
@@ -138,6 +141,41 @@ class NatsServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+@dataclass
+class NatsCluster:
+    """``size`` nats-servers with JetStream clustered over routes on loopback (a real cluster for
+    failover runs: streams with ``replicas`` 3 survive one server). ``url`` lists them all."""
+
+    base_dir: str
+    size: int = 3
+    servers: list[NatsServer] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return ",".join(s.url for s in self.servers)
+
+    def start(self) -> "NatsCluster":
+        if not self.servers:
+            ports = [free_port() for _ in range(self.size)]
+            routes_ports = [free_port() for _ in range(self.size)]
+            routes = ",".join(f"nats://127.0.0.1:{p}" for p in routes_ports)
+            for i in range(self.size):
+                self.servers.append(NatsServer(
+                    os.path.join(self.base_dir, f"n{i}"), port=ports[i], name=f"n{i}",
+                    extra_args=["--server_name", f"n{i}", "--cluster_name", "timeshare",
+                                "--cluster", f"nats://127.0.0.1:{routes_ports[i]}", "--routes", routes]))
+        for s in self.servers:
+            s.start()
+        return self
+
+    def by_name(self, name: str) -> NatsServer:
+        return next(s for s in self.servers if s.name == name)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
 
 
 def postgres_bin_dir() -> str | None:

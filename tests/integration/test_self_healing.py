@@ -51,6 +51,27 @@ async def test_nats_postgres_and_service_kills_under_a_steady_flow_lose_and_dupl
     assert result.healthz_status == 200, result.healthz
 
 
+async def test_on_a_three_node_nats_cluster_killing_the_log_leader_loses_nothing_and_scheduling_goes_on():
+    """Three nats-servers on loopback, streams with 3 replicas; the server leading the log stream
+    is SIGKILLed under a steady flow and started again on its store."""
+    workdir = tempfile.mkdtemp(prefix="timeshare-chaos-cluster-test-")
+    chaos = Chaos(workdir, str(DATA / "small.toml"), rate=4.0, down_s=3.0, gap_s=2.0, lease_ttl_s=2.0,
+                  nats_cluster=3)
+    chaos.start_servers()
+    try:
+        result = await chaos.run(["nats"])
+    finally:
+        chaos.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+    report(result)
+    assert result.accepted > 0 and result.faults[0].fault.endswith("(log leader, SIGKILL)")
+    assert result.faults[0].scheduling_resumed_s is not None and result.faults[0].projections_caught_up_s is not None
+    assert result.lost == [] and result.duplicated == [] and result.not_completed == []
+    check_no_gpu_double_booked(result.events)
+    assert result.gateway_rows == {"completed": result.accepted}
+    assert result.healthz_status == 200, result.healthz
+
+
 @pytest.fixture
 def own_postgres():
     server = PostgresServer().start()
