@@ -138,6 +138,17 @@ class Bus:
                     bucket=kv["bucket"], history=int(kv["history"]), ttl=ttl, description=kv.get("description"),
                     storage=api.StorageType(kv["storage"]), replicas=int(kv["replicas"])))
 
+    async def object_store(self, bucket: str):
+        """The object store ``bucket``, created (with the stream replicas) when missing."""
+        from nats.js.errors import BucketNotFoundError
+
+        try:
+            return await self.js.object_store(bucket)
+        except (BucketNotFoundError, NotFoundError):
+            return await self.js.create_object_store(
+                bucket, config=api.ObjectStoreConfig(bucket=bucket, replicas=self.settings.replicas,
+                                                     storage=api.StorageType.FILE))
+
     # -- publishing -------------------------------------------------------------------------
     async def _request(self, subject: str, payload: bytes, headers: dict) -> api.PubAck:
         msg = await self.nc.request(subject, payload, timeout=PUBLISH_TIMEOUT_S, headers=headers)

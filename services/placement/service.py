@@ -16,12 +16,16 @@ cancel of a finished workload; health changes for unknown nodes or nodes not in 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import pickle
 import time
 import uuid
+from pathlib import Path
 
 import msgspec
 import nats.errors
+from nats.js.errors import ObjectNotFoundError
 from nats.js.errors import KeyWrongLastSequenceError
 
 from timeshare import events as ev
@@ -44,6 +48,19 @@ log = logging.getLogger("timeshare.placement")
 
 PROPOSABLE = (ev.WorkloadSubmitted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled,
               ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
+
+
+def _code_version() -> str:
+    """A hash of the scheduling core and this file: a snapshot is loaded by the same code only."""
+    import timeshare
+
+    h = hashlib.sha256()
+    for path in sorted([*Path(timeshare.__file__).parent.rglob("*.py"), Path(__file__)]):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+CODE_VERSION = _code_version()
 
 
 class Rejected(Exception):
@@ -76,6 +93,12 @@ class Placement:
         self.last_pass_wall = 0.0
         self.terms = 0
         self.terms_lost = 0
+        self.replayed = 0
+        #: log sequence of the snapshot the last rebuild started from (0: none, the whole log)
+        self.loaded_snapshot_seq = 0
+        self.snapshot_seq = 0
+        self.since_snapshot = 0
+        self.snapshot_task: asyncio.Task | None = None
         self.rebuilds = 0
         self.last_error: str | None = None
         self.stats = {"passes": 0, "inputs": 0, "decisions": 0, "rejected": 0, "duplicates": 0}
@@ -102,10 +125,13 @@ class Placement:
                  "stuck": False}
         return {"ok": self.bus.nc.is_connected, "leader": self.instance, "log_seq": self.last_log_seq,
                 "terms": self.terms, "terms_lost": self.terms_lost, "consumers": {"inbox": inbox},
+                "replayed_at_start": self.replayed, "snapshot_seq": self.snapshot_seq,
                 "stats": self.stats}
 
     async def stop(self, release_lease: bool = True) -> None:
         self.stop_event.set()
+        if self.snapshot_task is not None:
+            self.snapshot_task.cancel()
         for t in self.tasks:
             t.cancel()
         for t in self.tasks:
@@ -188,6 +214,8 @@ class Placement:
         # fetched but never acked would be acked unseen by this leader's first ack, so
         # everything above the ack floor is delivered again now (applied ids are skipped)
         await self.bus.rewind_to_ack_floor(subjects.INBOX_STREAM, f"placement-{self.cluster}")
+        if 0 < self.settings.snapshot_every <= self.replayed:
+            self._maybe_snapshot(0, force=True)  # a long replay is not repeated by the next leader
         self.leader.set()
         self.terms += 1
         log.info("placement %s leads cluster %s from log seq %d", self.instance, self.cluster, self.last_log_seq)
@@ -233,11 +261,22 @@ class Placement:
         return f"p{self.instance}-" if self.rebuilds == 1 else f"p{self.instance}r{self.rebuilds}-"
 
     async def _rebuild(self) -> None:
-        """Replay the cluster's log into a fresh state."""
+        """The state from the latest snapshot (if any) and the log after it, or the whole log."""
         t0 = time.perf_counter()
-        self.state = SchedulerState(self.config.tree(), self.config.cluster(), self.config.policy,
-                                    name=self.cluster, id_prefix=self._id_prefix())
-        self.applied_ids = set()
+        prefix = self._id_prefix()
+        snap = await self._load_snapshot()
+        if snap is not None:
+            self.state, self.applied_ids = snap["state"], snap["applied_ids"]
+            # the snapshot counts decision ids under an old prefix: this term uses its own
+            self.state._id_prefix = prefix
+            start = snap["log_seq"] + 1
+        else:
+            self.state = SchedulerState(self.config.tree(), self.config.cluster(), self.config.policy,
+                                        name=self.cluster, id_prefix=prefix)
+            self.applied_ids = set()
+            start = 1
+        self.snapshot_seq = self.loaded_snapshot_seq = start - 1
+        self.since_snapshot = 0
         n = 0
 
         def on_msg(m) -> None:
@@ -247,8 +286,59 @@ class Placement:
             self.applied_ids.add(e.event_id)
             n += 1
 
-        self.last_log_seq = await self.bus.replay(subjects.LOG_STREAM, subjects.log_filter(self.cluster), on_msg)
-        log.info("rebuilt %s from %d events in %.3fs", self.cluster, n, time.perf_counter() - t0)
+        self.last_log_seq = await self.bus.replay(subjects.LOG_STREAM, subjects.log_filter(self.cluster), on_msg,
+                                                  start_seq=start)
+        self.replayed = n
+        log.info("rebuilt %s from %s%d events in %.3fs", self.cluster,
+                 f"the snapshot at log seq {start - 1} + " if snap is not None else "", n, time.perf_counter() - t0)
+
+    # -- snapshots --------------------------------------------------------------------------
+    # A pickle of the core's SchedulerState (with the applied ids and the log sequence it
+    # covers) in the object store, written by the leader every ``snapshot_every`` appended
+    # events at a point where the state is exactly the log up to that sequence. It is loaded
+    # only by the same code (CODE_VERSION hashes the core and this file), else ignored: the
+    # whole log is replayed. Pickle trusts the bucket: only services may write to it.
+    def _snapshot_name(self) -> str:
+        return f"placement.{self.cluster}"
+
+    async def _load_snapshot(self) -> dict | None:
+        if self.settings.snapshot_every <= 0:
+            return None
+        try:
+            store = await self.bus.object_store(subjects.SNAPSHOT_BUCKET)
+            obj = await store.get(self._snapshot_name())
+        except ObjectNotFoundError:
+            return None
+        try:
+            snap = pickle.loads(obj.data)
+        except Exception as exc:  # noqa: BLE001 - a bad snapshot costs a full replay, nothing else
+            log.warning("snapshot of %s unreadable (%s): replaying the whole log", self.cluster, exc)
+            return None
+        if snap.get("code") != CODE_VERSION or snap.get("cluster") != self.cluster:
+            log.info("snapshot of %s is from other code: replaying the whole log", self.cluster)
+            return None
+        return snap
+
+    def _maybe_snapshot(self, appended: int, force: bool = False) -> None:
+        self.since_snapshot += appended
+        every = self.settings.snapshot_every
+        if every <= 0 or (self.since_snapshot < every and not force) or (
+                self.snapshot_task and not self.snapshot_task.done()):
+            return
+        # pickled here, between batches, where the state is the log up to last_log_seq
+        data = pickle.dumps({"code": CODE_VERSION, "cluster": self.cluster, "log_seq": self.last_log_seq,
+                             "state": self.state, "applied_ids": self.applied_ids}, protocol=5)
+        self.since_snapshot = 0
+        self.snapshot_task = asyncio.create_task(self._put_snapshot(data, self.last_log_seq))
+
+    async def _put_snapshot(self, data: bytes, log_seq: int) -> None:
+        try:
+            store = await self.bus.object_store(subjects.SNAPSHOT_BUCKET)
+            await store.put(self._snapshot_name(), data)
+            self.snapshot_seq = log_seq
+            log.info("snapshot of %s at log seq %d (%d bytes)", self.cluster, log_seq, len(data))
+        except Exception as exc:  # noqa: BLE001 - the next one will try again
+            log.warning("snapshot of %s failed: %s", self.cluster, describe(exc))
 
     # -- the loop ---------------------------------------------------------------------------
     def _now_ms(self) -> int:
@@ -342,6 +432,7 @@ class Placement:
             span.set_attribute("timeshare.events", len(out))
             if out:
                 await self._append(out)
+                self._maybe_snapshot(len(out))
         for m, reason in dead:
             await self.bus.dead_letter(f"placement-{self.cluster}", m, reason)
         if msgs:
