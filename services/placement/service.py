@@ -83,7 +83,9 @@ class Placement:
         self.policy = BudgetPolicy()
         self.tracer = setup_telemetry("placement", settings.otel)
         self.state: SchedulerState | None = None
+        #: ids of applied *proposed* events whose workload has not ended (see _remember)
         self.applied_ids: set[str] = set()
+        self.ids_of: dict[str, list[str]] = {}
         self.last_log_seq = 0
         self.leader = asyncio.Event()
         self.stop_event = asyncio.Event()
@@ -266,14 +268,14 @@ class Placement:
         prefix = self._id_prefix()
         snap = await self._load_snapshot()
         if snap is not None:
-            self.state, self.applied_ids = snap["state"], snap["applied_ids"]
+            self.state, self.applied_ids, self.ids_of = snap["state"], snap["applied_ids"], snap["ids_of"]
             # the snapshot counts decision ids under an old prefix: this term uses its own
             self.state._id_prefix = prefix
             start = snap["log_seq"] + 1
         else:
             self.state = SchedulerState(self.config.tree(), self.config.cluster(), self.config.policy,
                                         name=self.cluster, id_prefix=prefix)
-            self.applied_ids = set()
+            self.applied_ids, self.ids_of = set(), {}
             start = 1
         self.snapshot_seq = self.loaded_snapshot_seq = start - 1
         self.since_snapshot = 0
@@ -283,7 +285,7 @@ class Placement:
             nonlocal n
             e = decode_event(m.data)
             self.state.apply(e)
-            self.applied_ids.add(e.event_id)
+            self._remember(e)
             n += 1
 
         self.last_log_seq = await self.bus.replay(subjects.LOG_STREAM, subjects.log_filter(self.cluster), on_msg,
@@ -327,7 +329,8 @@ class Placement:
             return
         # pickled here, between batches, where the state is the log up to last_log_seq
         data = pickle.dumps({"code": CODE_VERSION, "cluster": self.cluster, "log_seq": self.last_log_seq,
-                             "state": self.state, "applied_ids": self.applied_ids}, protocol=5)
+                             "state": self.state, "applied_ids": self.applied_ids, "ids_of": self.ids_of},
+                            protocol=5)
         self.since_snapshot = 0
         self.snapshot_task = asyncio.create_task(self._put_snapshot(data, self.last_log_seq))
 
@@ -418,7 +421,7 @@ class Placement:
                     continue
                 for a in accepted_events:
                     state.apply(a)
-                    self.applied_ids.add(a.event_id)
+                    self._remember(a)
                 out += accepted_events
                 accepted += 1
             self.stats["inputs"] += accepted
@@ -441,12 +444,29 @@ class Placement:
             body["log_seq"] = self.last_log_seq  # the log holds the pass's decisions up to here
             await self.bus.nc.publish(reply, reply_json(body))
 
+    def _remember(self, e: ev.Event) -> None:
+        """Keep the id of an applied proposed event while its workload lives; forget them all
+        when it ends. ``applied_ids`` skips a proposal seen again after JetStream's dedup window;
+        once the workload has ended the state's rules refuse a repeat anyway (a reused id, a
+        stale report, a cancel of an ended workload: dead-lettered with the reason), so its ids
+        need not be kept for ever. Placement's own decisions are never proposed: not kept."""
+        wid = e.workload.id if isinstance(e, ev.WorkloadSubmitted) else getattr(e, "workload_id", None)
+        if isinstance(e, PROPOSABLE):
+            self.applied_ids.add(e.event_id)
+            if wid is not None:
+                self.ids_of.setdefault(wid, []).append(e.event_id)
+        ended = isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled)) or (
+            isinstance(e, ev.WorkloadPreempted) and not e.resumable)
+        if ended and wid is not None:
+            for i in self.ids_of.pop(wid, ()):
+                self.applied_ids.discard(i)
+
     def _pass(self, now_ms: int) -> list[ev.Event]:
         now_s = now_ms // 1000 if now_ms % 1000 == 0 else now_ms / 1000
         with self.tracer.start_as_current_span("placement.pass") as span:
             decisions = self.policy.schedule(self.state, now_s)
             for e in decisions:
-                self.applied_ids.add(e.event_id)
+                self._remember(e)
                 if isinstance(e, ev.WorkloadPreempted):
                     # the reasons as data, on the trace: why this workload was preempted
                     span.add_event("preempted", {"workload_id": e.workload_id, "reason": e.reason.kind,
