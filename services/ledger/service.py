@@ -23,10 +23,10 @@ from timeshare.window import UsageLedger
 from ..common import healthz, subjects
 from ..common.bus import Bus, reply_json
 from ..common.cluster_config import ClusterConfig
-from ..common.settings import Settings
 from ..common.projector import Projector
+from ..common.settings import Settings
 from ..common.store import Changes, make_store
-from ..common.supervise import spawn
+from ..common.supervise import describe, is_transient, spawn
 from .report import attainment_report
 
 log = logging.getLogger("timeshare.ledger")
@@ -187,7 +187,8 @@ class Ledger:
             args = msgspec.json.decode(msg.data) if msg.data else {}
             body = await self.report(args.get("from_s"), args.get("to_s"))
         except Exception as exc:
-            body = {"error": f"report failed: {exc}", "status": 400}
+            # a store away is the service's problem (503, try again), anything else the request's
+            body = {"error": f"report failed: {describe(exc)}", "status": 503 if is_transient(exc) else 400}
         await msg.respond(reply_json(body))
 
     async def _on_usage(self, msg) -> None:
