@@ -163,7 +163,8 @@ class Bus:
     async def publish_events(self, events: Iterable[ev.Event], subject_of: Callable[[ev.Event], str],
                              fence_after_seq: int | None = None, fence_filter: str | None = None,
                              extra_headers: dict | None = None) -> list[api.PubAck]:
-        """Publish in order (pipelined); with ``fence_after_seq``, the first append expects it as the last."""
+        """Publish in order (pipelined); with ``fence_after_seq``, the first append expects it as
+        the last and is confirmed before the others are sent."""
         tasks = []
         results: list = []
         for i, e in enumerate(events):
@@ -173,14 +174,11 @@ class Bus:
             if extra_headers:
                 headers.update(extra_headers)
             if fence_after_seq is not None and i == 0:
-                # only the first append of a batch is fenced: sequences of the shared stream are
-                # not contiguous per cluster, and a deposed writer that slipped its batch tail in
-                # fails its next batch (and so does the new leader, which then rebuilds)
+                # only the first append of a batch is fenced (sequences of the shared stream are
+                # not contiguous per cluster), and it is confirmed before the rest leaves: a
+                # refused writer (deposed, or rebuilt from part of the log) slips no tail in
                 headers["Nats-Expected-Last-Subject-Sequence"] = str(fence_after_seq)
                 headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence_filter
-            if fence_after_seq is not None and i == 0:
-                # the fenced first append is confirmed before the rest leaves: a refused
-                # writer (deposed, or rebuilt from part of the log) must not slip its tail in
                 results.append(await self._request(subject_of(e), ev.encoder.encode(e), headers))
                 continue
             # the coroutines start in order, so the messages leave in order
