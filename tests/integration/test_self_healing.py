@@ -37,8 +37,11 @@ async def test_nats_postgres_and_service_kills_under_a_steady_flow_lose_and_dupl
         result = await chaos.run(["nats", "postgres", "placement", "ledger"])
     finally:
         chaos.stop_all()
-        shutil.rmtree(workdir, ignore_errors=True)
     report(result)  # the numbers, for whoever reads the test log (-s)
+    if result.ok:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:  # every process's log, for whoever investigates
+        print(f"chaos logs kept in {workdir}")
     assert result.accepted > 0 and [f.fault for f in result.faults] == ["nats", "postgres", "placement", "ledger"]
     for f in result.faults:  # each recovered by itself (the harness waits up to 120 s)
         assert f.scheduling_resumed_s is not None, f"scheduling never resumed after {f.fault}"
