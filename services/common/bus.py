@@ -125,9 +125,19 @@ class Bus:
                 # a durable that exists with another start position (moved back by
                 # _align_durable after an in-memory store restarted) keeps its position
                 try:
-                    await self.js.consumer_info(c["stream"], c["durable_name"])
+                    info = await self.js.consumer_info(c["stream"], c["durable_name"])
                 except NotFoundError:
                     raise exc from None
+                if info.config.ack_policy != api.AckPolicy(c["ack_policy"]):
+                    # an older definition (the inbox was AckAll): same position, new ack policy
+                    cfg = info.config
+                    cfg.ack_policy = api.AckPolicy(c["ack_policy"])
+                    cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+                    cfg.opt_start_seq = (info.ack_floor.stream_seq if info.ack_floor else 0) + 1
+                    await self.js.delete_consumer(c["stream"], c["durable_name"])
+                    await self.js.add_consumer(c["stream"], cfg)
+                    log.warning("durable %s on %s now acks %s", c["durable_name"], c["stream"], c["ack_policy"])
+                    continue
                 log.debug("durable %s on %s kept as it is (%s)", c["durable_name"], c["stream"], exc.description)
         for kv in defs["key_value"]:
             try:

@@ -439,7 +439,11 @@ class Placement:
         for m, reason in dead:
             await self.bus.dead_letter(f"placement-{self.cluster}", m, reason)
         if msgs:
-            await msgs[-1].ack()
+            # each message its own ack (the inbox durable is AckExplicit): a deposed leader that
+            # has not yet noticed it lost the lease acks only what it appended itself, never
+            # what the new leader fetched and had fenced out (an AckAll did: a submission lost)
+            for m in msgs:
+                await m.ack()
         for reply, body in replies:
             body["log_seq"] = self.last_log_seq  # the log holds the pass's decisions up to here
             await self.bus.nc.publish(reply, reply_json(body))

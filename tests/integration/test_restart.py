@@ -226,7 +226,8 @@ async def test_a_new_leader_sees_again_what_a_killed_leader_fetched_but_never_ac
         leader = await bus.js.pull_subscribe_bind(durable, subjects.INBOX_STREAM)
         got = await leader.fetch(10, timeout=2)  # well within ack_wait (5 s)
         assert [m.data for m in got] == [b"old-0", b"old-1", b"old-2", b"new"]
-        await got[-1].ack_sync()  # AckAll: the whole batch, confirmed by the server
+        for m in got:  # AckExplicit: each one, confirmed by the server
+            await m.ack_sync()
         info = await bus.js.consumer_info(subjects.INBOX_STREAM, durable)
         assert info.num_ack_pending == 0 and info.num_pending == 0
         await leader.unsubscribe()
