@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 PIP ?= .venv/bin/pip
 PYTHON ?= python3
 
-.PHONY: setup run simulate test test-fast bench compiled bench-live bench-report schemas clean
+.PHONY: setup run simulate test test-fast bench compiled bench-live bench-report chaos schemas clean
 
 # also builds the compiled core (mypyc) that `timeshare simulate` uses when it exists; without a
 # C compiler it says so and everything runs in pure Python
@@ -42,6 +42,12 @@ compiled: setup
 
 bench-live: setup
 	$(PY) benchmarks/bench_live.py
+
+# faults under a steady flow: nats-server, PostgreSQL and each service killed and restarted;
+# prints recovery times and checks 0 lost / 0 duplicated (services/devstack/chaos.py; a reduced
+# run is in tests/integration/test_self_healing.py). CHAOS_ARGS="--rate 20 --down 10" etc.
+chaos: setup
+	$(PY) -m services.devstack.chaos $(CHAOS_ARGS)
 
 bench-report: setup
 	$(PY) benchmarks/bench_report.py

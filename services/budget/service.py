@@ -18,11 +18,12 @@ import msgspec
 from timeshare import events as ev
 from timeshare.tree import AllocationTree, TreeError
 
-from ..common import subjects
+from ..common import healthz, subjects
 from ..common.auth import Caller
-from ..common.bus import Bus, decode_event, reply_json
+from ..common.bus import Bus, reply_json
 from ..common.cluster_config import ClusterConfig
 from ..common.settings import Settings
+from ..common.projector import Projector
 from ..common.store import Changes, make_store
 
 log = logging.getLogger("timeshare.budget")
@@ -39,7 +40,7 @@ class Budget:
         self.store = store or make_store(settings.database_url, "budget")
         self.consumer = f"budget-{self.cluster}"
         self.tree = config.tree()
-        self.last_seq = 0
+        self.projector: Projector | None = None
         self.lock = asyncio.Lock()
         self.waiters: dict[str, asyncio.Future] = {}
         self.stop_event = asyncio.Event()
@@ -51,20 +52,23 @@ class Budget:
             self.bus = await Bus.connect(self.settings, self.cluster, name="budget")
         await self.bus.ensure_infra()
         await self.store.open()
-        self.last_seq = await self.store.last_seq(self.consumer)
-        doc = await self.store.get("tree", "current")
-        if doc is not None:
-            self.tree = AllocationTree.from_shares(doc["shares"])
-        self.tasks.append(asyncio.create_task(self.bus.consume(
-            subjects.LOG_STREAM, self.consumer, self._on_batch, self.stop_event, start_after_seq=self.last_seq)))
+        await self.load(self.store)
+        self.projector = await Projector(self, self.bus, self.store, self.stop_event,
+                                         stuck_after_s=self.settings.stuck_after_s).start()
+        self.subs.append(await healthz.serve(self.bus, self.cluster, "budget", self.health_report))
         self.subs.append(await self.bus.nc.subscribe(subjects.cmd_subject(self.cluster, "budget.set"),
                                                      cb=self._on_set))
         self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "budget.history"),
                                                      cb=self._on_history))
         return self
 
+    async def health_report(self) -> dict:
+        return healthz.projector_report("budget", [self.projector], self.bus)
+
     async def stop(self) -> None:
         self.stop_event.set()
+        if self.projector is not None:
+            await self.projector.close()
         for s in self.subs:
             await s.unsubscribe()
         for t in self.tasks:
@@ -77,35 +81,32 @@ class Budget:
             await self.bus.close()
 
     # -- projection ---------------------------------------------------------------------------
-    async def _on_batch(self, msgs) -> None:
-        changes = Changes()
-        tree = self.tree
-        seen = []
-        last = self.last_seq
-        for m in msgs:
-            seq = m.metadata.sequence.stream
-            if seq <= self.last_seq:
-                continue
-            last = seq
-            try:
-                e = decode_event(m.data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                await self.bus.dead_letter(self.consumer, m, f"undecodable event: {exc}")
-                continue
-            if not isinstance(e, ev.BudgetChanged):
-                continue
-            tree = AllocationTree.from_shares(e.new)
+    async def load(self, store) -> None:
+        doc = await store.get("tree", "current")
+        self.tree = AllocationTree.from_shares(doc["shares"]) if doc is not None else self.config.tree()
+
+    async def begin(self, store, events) -> dict:
+        return {"tree": self.tree, "seen": []}
+
+    def fold(self, work: dict, seq: int, e: ev.Event, changes: Changes) -> dict:
+        if isinstance(e, ev.BudgetChanged):
+            work["tree"] = AllocationTree.from_shares(e.new)
             changes.put("tree", "current", {"shares": e.new})
             changes.append("history", self.cluster, {"seq": seq, "event_id": e.event_id, "at_ms": e.at_ms,
                                                      "by": e.by, "reason": e.reason, "old": e.old, "new": e.new})
-            seen.append(e.event_id)
-        if last > self.last_seq and await self.store.commit(self.consumer, last, changes):
-            self.last_seq = last
-            self.tree = tree
-            for eid in seen:
-                fut = self.waiters.pop(eid, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(True)
+            work["seen"].append(e.event_id)
+        return work
+
+    def committed(self, work: dict, events) -> None:
+        self.tree = work["tree"]
+        for eid in work["seen"]:
+            fut = self.waiters.pop(eid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(True)
+
+    @property
+    def last_seq(self) -> int:
+        return self.projector.applied_seq if self.projector is not None else 0
 
     # -- commands -----------------------------------------------------------------------------
     async def change(self, caller: Caller, shares: dict[str, float], reason: str, request_id: str) -> dict:

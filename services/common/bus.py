@@ -1,9 +1,10 @@
 """The event bus: JetStream streams/consumers from infra/nats.json, publishing, consuming.
 
 Publishing sets ``Nats-Msg-Id`` to the event id (JetStream drops a duplicate inside the
-duplicate window) and puts the trace context in the headers. Placement pipelines its log
-appends; the first append of each batch carries ``Nats-Expected-Last-Subject-Sequence`` over
-the cluster's log subjects, so a deposed leader's next batch is refused (fencing).
+duplicate window) and puts the trace context in the headers. Placement appends a batch to the
+log with its first event carrying ``Nats-Expected-Last-Subject-Sequence`` over the cluster's
+log subjects, confirmed before the rest of the batch is pipelined: a deposed leader (or one
+rebuilt from part of the log) has its whole batch refused (fencing).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable
 
@@ -28,6 +30,14 @@ from .telemetry import inject_context
 log = logging.getLogger("timeshare.bus")
 
 INFRA_FILE = ROOT / "infra" / "nats.json"
+
+
+#: how long a publish or a JetStream API request (consumer info, create, delete) waits for an
+#: answer. A stream or consumer whose leader died answers nothing until a new leader is elected
+#: (seconds, on a cluster): the caller retries sooner (a publish with the same Nats-Msg-Id is
+#: deduplicated; placement steps down and rebuilds from the log) instead of waiting 10 s
+#: (measured: scheduling stopped 15 s when the log's leader was SIGKILLed on a 3-node cluster)
+PUBLISH_TIMEOUT_S = 4.0
 
 
 class FenceError(RuntimeError):
@@ -55,15 +65,35 @@ def infra_definitions(settings: Settings, cluster: str) -> dict:
 class Bus:
     def __init__(self, nc, settings: Settings, cluster: str):
         self.nc = nc
-        self.js = nc.jetstream(timeout=10)
+        #: how many times the connection came back: a pull request in flight when it dropped
+        #: may have been delivered and lost, and an AckAll past it would ack it unseen, so
+        #: every consumer re-positions itself when this changes (see Projector, follow, placement)
+        self.reconnects = 0
+        self.js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
         self.settings = settings
         self.cluster = cluster
 
     @classmethod
     async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare") -> "Bus":
+        holder: dict = {}
+
+        async def reconnected() -> None:
+            bus = holder.get("bus")
+            if bus is not None:
+                bus.reconnects += 1
+            log.warning("%s: reconnected to NATS (%s)", name, nc.connected_url.netloc if nc.connected_url else "?")
+
+        async def disconnected() -> None:
+            log.warning("%s: disconnected from NATS", name)
+
+        async def error(exc: Exception) -> None:  # one line, not nats-py's traceback per attempt
+            log.debug("%s: NATS connection: %s", name, exc)
+
         nc = await nats.connect(settings.nats_url.split(","), name=name, max_reconnect_attempts=-1,
-                                reconnect_time_wait=0.5)
-        return cls(nc, settings, cluster)
+                                reconnect_time_wait=0.5, reconnected_cb=reconnected,
+                                disconnected_cb=disconnected, error_cb=error)
+        holder["bus"] = bus = cls(nc, settings, cluster)
+        return bus
 
     async def close(self) -> None:
         try:
@@ -95,9 +125,19 @@ class Bus:
                 # a durable that exists with another start position (moved back by
                 # _align_durable after an in-memory store restarted) keeps its position
                 try:
-                    await self.js.consumer_info(c["stream"], c["durable_name"])
+                    info = await self.js.consumer_info(c["stream"], c["durable_name"])
                 except NotFoundError:
                     raise exc from None
+                if info.config.ack_policy != api.AckPolicy(c["ack_policy"]):
+                    # an older definition (the inbox was AckAll): same position, new ack policy
+                    cfg = info.config
+                    cfg.ack_policy = api.AckPolicy(c["ack_policy"])
+                    cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+                    cfg.opt_start_seq = (info.ack_floor.stream_seq if info.ack_floor else 0) + 1
+                    await self.js.delete_consumer(c["stream"], c["durable_name"])
+                    await self.js.add_consumer(c["stream"], cfg)
+                    log.warning("durable %s on %s now acks %s", c["durable_name"], c["stream"], c["ack_policy"])
+                    continue
                 log.debug("durable %s on %s kept as it is (%s)", c["durable_name"], c["stream"], exc.description)
         for kv in defs["key_value"]:
             try:
@@ -108,9 +148,20 @@ class Bus:
                     bucket=kv["bucket"], history=int(kv["history"]), ttl=ttl, description=kv.get("description"),
                     storage=api.StorageType(kv["storage"]), replicas=int(kv["replicas"])))
 
+    async def object_store(self, bucket: str):
+        """The object store ``bucket``, created (with the stream replicas) when missing."""
+        from nats.js.errors import BucketNotFoundError
+
+        try:
+            return await self.js.object_store(bucket)
+        except (BucketNotFoundError, NotFoundError):
+            return await self.js.create_object_store(
+                bucket, config=api.ObjectStoreConfig(bucket=bucket, replicas=self.settings.replicas,
+                                                     storage=api.StorageType.FILE))
+
     # -- publishing -------------------------------------------------------------------------
     async def _request(self, subject: str, payload: bytes, headers: dict) -> api.PubAck:
-        msg = await self.nc.request(subject, payload, timeout=10, headers=headers)
+        msg = await self.nc.request(subject, payload, timeout=PUBLISH_TIMEOUT_S, headers=headers)
         resp = json.loads(msg.data)
         if "error" in resp:
             err = resp["error"]
@@ -122,8 +173,10 @@ class Bus:
     async def publish_events(self, events: Iterable[ev.Event], subject_of: Callable[[ev.Event], str],
                              fence_after_seq: int | None = None, fence_filter: str | None = None,
                              extra_headers: dict | None = None) -> list[api.PubAck]:
-        """Publish in order (pipelined); with ``fence_after_seq``, the first append expects it as the last."""
+        """Publish in order (pipelined); with ``fence_after_seq``, the first append expects it as
+        the last and is confirmed before the others are sent."""
         tasks = []
+        results: list = []
         for i, e in enumerate(events):
             # one stream serves every cluster: the dedup id names the cluster too
             headers = {"Nats-Msg-Id": f"{e.cluster}/{e.event_id}", "Timeshare-Event-Type": ev.event_type(e)}
@@ -131,20 +184,22 @@ class Bus:
             if extra_headers:
                 headers.update(extra_headers)
             if fence_after_seq is not None and i == 0:
-                # only the first append of a batch is fenced: sequences of the shared stream are
-                # not contiguous per cluster, and a deposed writer that slipped its batch tail in
-                # fails its next batch (and so does the new leader, which then rebuilds)
+                # only the first append of a batch is fenced (sequences of the shared stream are
+                # not contiguous per cluster), and it is confirmed before the rest leaves: a
+                # refused writer (deposed, or rebuilt from part of the log) slips no tail in
                 headers["Nats-Expected-Last-Subject-Sequence"] = str(fence_after_seq)
                 headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence_filter
+                results.append(await self._request(subject_of(e), ev.encoder.encode(e), headers))
+                continue
             # the coroutines start in order, so the messages leave in order
             tasks.append(asyncio.ensure_future(self._request(subject_of(e), ev.encoder.encode(e), headers)))
         if not tasks:
-            return []
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for r in results:
+            return results
+        rest = await asyncio.gather(*tasks, return_exceptions=True)
+        for r in rest:
             if isinstance(r, BaseException):
                 raise r
-        return list(results)
+        return results + list(rest)
 
     async def propose(self, event: ev.Event) -> api.PubAck:
         """Send an event to placement's inbox (it validates and appends it to the log)."""
@@ -153,7 +208,9 @@ class Bus:
         return ack
 
     async def dead_letter(self, consumer: str, msg, reason: str) -> None:
-        headers = {"Timeshare-Reason": reason[:1000], "Timeshare-Subject": msg.subject}
+        # a header value must stay on one line and hold no NUL (the reason may quote bad input)
+        clean = "".join(c if c.isprintable() else " " for c in reason)[:1000]
+        headers = {"Timeshare-Reason": clean, "Timeshare-Subject": msg.subject}
         try:
             md = msg.metadata
             headers["Timeshare-Stream-Seq"] = str(md.sequence.stream)
@@ -212,7 +269,11 @@ class Bus:
 
     async def replay(self, stream: str, filter_subject: str, on_msg: Callable[[object], None],
                      start_seq: int = 1) -> int:
-        """Read every stored message on ``filter_subject`` from ``start_seq``; returns the last seq seen."""
+        """Read every stored message on ``filter_subject`` from ``start_seq``; returns the last seq seen.
+
+        A fetch that times out does not mean the end (a loaded machine, a slow server): the
+        consumer says whether anything is still pending. Stopping early would rebuild a
+        leader's state from part of the log."""
         last = start_seq - 1
         info = await self.js.stream_info(stream)
         if info.state.last_seq < start_seq:
@@ -226,7 +287,9 @@ class Bus:
                 try:
                     msgs = await sub.fetch(2000, timeout=0.3)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                    break
+                    if (await sub.consumer_info()).num_pending == 0:
+                        break
+                    continue
                 for m in msgs:
                     on_msg(m)
                     last = m.metadata.sequence.stream
@@ -238,36 +301,75 @@ class Bus:
 
 
 async def follow(bus: Bus, stream: str, filter_subject: str, on_batch, stop: asyncio.Event,
-                 start_seq: int = 1, caught_up: asyncio.Event | None = None) -> None:
+                 start_seq: int = 1, caught_up: asyncio.Event | None = None, name: str = "follower",
+                 status: dict | None = None) -> None:
     """Read ``filter_subject`` from ``start_seq`` and keep following it (no durable state).
 
-    ``on_batch(msgs, live)``: ``live`` is False while the stored history is being replayed."""
-    cfg = api.ConsumerConfig(filter_subject=filter_subject, ack_policy=api.AckPolicy.NONE,
-                             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq,
-                             inactive_threshold=30.0, mem_storage=True)
-    info = await bus.js.stream_info(stream)
-    live = info.state.last_seq < start_seq
-    if live and caught_up is not None:
-        caught_up.set()
-    sub = await bus.js.pull_subscribe(filter_subject, stream=stream, config=cfg)
-    try:
-        while not stop.is_set():
-            try:
-                msgs = await sub.fetch(1000, timeout=0.25)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                msgs = []
-            if msgs:
-                await on_batch(msgs, live)
-            if not live and (not msgs or msgs[-1].metadata.num_pending == 0):
-                live = True
-                if caught_up is not None:
-                    caught_up.set()
-                await on_batch([], True)
-    finally:
+    ``on_batch(msgs, live)``: ``live`` is False while the stored history is being replayed.
+    The ephemeral consumer behind it does not survive a NATS restart: whenever fetching fails,
+    or the consumer is found gone while idle, a new one starts right after the last message
+    handed to ``on_batch`` (supervised: logged, retried with backoff, never silent)."""
+    from .supervise import supervise
+
+    pos = {"next": start_seq, "live": False}
+    if status is not None:
+        status.setdefault("resubscribed", 0)
+
+    async def run() -> None:
+        cfg = api.ConsumerConfig(filter_subject=filter_subject, ack_policy=api.AckPolicy.NONE,
+                                 deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=pos["next"],
+                                 inactive_threshold=30.0, mem_storage=True)
+        info = await bus.js.stream_info(stream)
+        if not pos["live"] and info.state.last_seq < pos["next"]:
+            pos["live"] = True
+            if caught_up is not None:
+                caught_up.set()
+        epoch = bus.reconnects
+        sub = await bus.js.pull_subscribe(filter_subject, stream=stream, config=cfg)
+        last_check = time.monotonic()
         try:
-            await sub.unsubscribe()
-        except Exception:
-            pass
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(1000, timeout=0.25)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    msgs = []
+                if bus.reconnects != epoch:
+                    # messages in flight when the connection dropped are gone (no acks, no
+                    # redelivery): start a new consumer right after the last one handled
+                    log.warning("%s: NATS reconnected; following again from seq %d", name, pos["next"])
+                    if status is not None:
+                        status["resubscribed"] += 1
+                    return
+                if msgs:
+                    await on_batch(msgs, pos["live"])
+                    pos["next"] = msgs[-1].metadata.sequence.stream + 1
+                elif time.monotonic() - last_check > 2.0:
+                    await sub.consumer_info()  # NotFoundError once NATS lost it: start a new one
+                    last_check = time.monotonic()
+                if status is not None:
+                    status["next_seq"] = pos["next"]
+                    if msgs:
+                        status["lag"] = msgs[-1].metadata.num_pending
+                    status["last_progress"] = time.monotonic()
+                if not pos["live"] and (msgs[-1].metadata.num_pending == 0 if msgs
+                                        else (await sub.consumer_info()).num_pending == 0):
+                    pos["live"] = True
+                    if caught_up is not None:
+                        caught_up.set()
+                    await on_batch([], True)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+
+    def on_error(exc: BaseException) -> None:
+        if status is not None:
+            status["last_error"] = f"{type(exc).__name__}: {exc}"
+            status["errors"] = status.get("errors", 0) + 1
+
+    while not stop.is_set():  # run() returns after a reconnect: start it again at once
+        await supervise(name, run, stop, max_wait_s=2.0, on_error=on_error, restart_on_return=False)
 
 
 def decode_event(data: bytes) -> ev.Event:

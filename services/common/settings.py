@@ -48,6 +48,12 @@ class Settings:
     #: OpenTelemetry exporter: "none", "console" or "otlp" (OTEL_EXPORTER_OTLP_ENDPOINT)
     otel: str = "none"
     log_level: str = "INFO"
+    #: a projection retrying (a server away) or with messages waiting and no progress for
+    #: this long is "stuck": /healthz answers 503 and names it
+    stuck_after_s: float = 30.0
+    #: placement snapshots its state every this many appended events (0 = never); a new
+    #: leader loads the snapshot and replays only the log after it
+    snapshot_every: int = 10000
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":

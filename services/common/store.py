@@ -37,6 +37,16 @@ class Changes:
         self.appends.append((kind, key, doc))
 
 
+class StoreBehind(Exception):
+    """The store holds an older sequence than its writer last stored: it went back in time
+    (a crash lost commits made with ``synchronous_commit=off``, a restore from a backup).
+    The writer must reload its state from the store and read the stream again from there."""
+
+    def __init__(self, consumer: str, stored_seq: int, expected_seq: int):
+        super().__init__(f"{consumer}: the store holds sequence {stored_seq}, {expected_seq} was stored before")
+        self.stored_seq = stored_seq
+
+
 class MemoryStore:
     def __init__(self) -> None:
         self.offsets: dict[str, int] = {}
@@ -53,8 +63,10 @@ class MemoryStore:
     async def last_seq(self, consumer: str) -> int:
         return self.offsets.get(consumer, 0)
 
-    async def commit(self, consumer: str, seq: int, changes: Changes) -> bool:
+    async def commit(self, consumer: str, seq: int, changes: Changes, expect_at_least: int = 0) -> bool:
         async with self.lock:
+            if self.offsets.get(consumer, 0) < expect_at_least:
+                raise StoreBehind(consumer, self.offsets.get(consumer, 0), expect_at_least)
             if seq <= self.offsets.get(consumer, 0):
                 return False
             for key, doc in changes.puts.items():
@@ -91,6 +103,23 @@ class MemoryStore:
 
 def _json_encode(v) -> str:
     return msgspec.json.encode(v).decode()
+
+
+def _retried(fn):
+    """A read (or put_if_absent) that meets a lost connection is tried again for a few seconds
+    (a PostgreSQL restart takes about one): the pool replaces the broken connection. After
+    that the error goes up (the gateway answers 503). ``commit`` is not wrapped: the projector
+    retries it, and shows the outage in its status while it does."""
+    from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+    from .supervise import is_transient
+
+    return retry(retry=retry_if_exception(is_transient), stop=stop_after_delay(READ_RETRY_S), reraise=True,
+                 wait=wait_exponential_jitter(multiplier=0.05, max=0.5, jitter=0.05))(fn)
+
+
+#: how long a read keeps trying through a lost PostgreSQL connection
+READ_RETRY_S = 5.0
 
 
 class PostgresStore:
@@ -141,14 +170,20 @@ class PostgresStore:
             await self.pool.close()
             self.pool = None
 
+    @_retried
     async def last_seq(self, consumer: str) -> int:
         v = await self.pool.fetchval("SELECT stream_seq FROM offsets WHERE consumer = $1", consumer)
         return v or 0
 
-    async def commit(self, consumer: str, seq: int, changes: Changes) -> bool:
+    async def commit(self, consumer: str, seq: int, changes: Changes, expect_at_least: int = 0) -> bool:
+        """Store ``changes`` and ``seq`` at once; False (nothing changed) when ``seq`` is not past
+        the stored one. ``expect_at_least``: the sequence this writer stored last; a store
+        holding less went back in time (``StoreBehind``)."""
         async with self.pool.acquire() as conn, conn.transaction():
             # the row lock serialises concurrent commits of one consumer
             cur = await conn.fetchval("SELECT stream_seq FROM offsets WHERE consumer = $1 FOR UPDATE", consumer)
+            if (cur or 0) < expect_at_least:
+                raise StoreBehind(consumer, cur or 0, expect_at_least)
             if cur is not None and seq <= cur:
                 return False
             puts = [(k, key, doc) for (k, key), doc in changes.puts.items() if doc is not None]
@@ -166,23 +201,28 @@ class PostgresStore:
                 "ON CONFLICT (consumer) DO UPDATE SET stream_seq = EXCLUDED.stream_seq", consumer, seq)
             return True
 
+    @_retried
     async def get(self, kind: str, key: str) -> dict | None:
         return await self.pool.fetchval("SELECT doc FROM records WHERE kind = $1 AND key = $2", kind, key)
 
+    @_retried
     async def get_many(self, kind: str, keys: list[str]) -> dict[str, dict]:
         rows = await self.pool.fetch("SELECT key, doc FROM records WHERE kind = $1 AND key = ANY($2::text[])",
                                      kind, keys)
         return {r["key"]: r["doc"] for r in rows}
 
+    @_retried
     async def scan(self, kind: str, prefix: str = "") -> list[tuple[str, dict]]:
         rows = await self.pool.fetch(
             "SELECT key, doc FROM records WHERE kind = $1 AND starts_with(key, $2) ORDER BY key", kind, prefix)
         return [(r["key"], r["doc"]) for r in rows]
 
+    @_retried
     async def journal(self, kind: str, key: str) -> list[dict]:
         rows = await self.pool.fetch("SELECT doc FROM journal WHERE kind = $1 AND key = $2 ORDER BY n", kind, key)
         return [r["doc"] for r in rows]
 
+    @_retried
     async def put_if_absent(self, kind: str, key: str, doc: dict) -> dict | None:
         async with self.pool.acquire() as conn, conn.transaction():
             inserted = await conn.fetchval(

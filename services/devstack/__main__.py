@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import httpx
 from ..common.cluster_config import load_cluster
 from ..common.runner import setup_logging
 from ..common.settings import DEFAULT_CLUSTER_FILE, ROOT, Settings
-from .servers import NatsServer, PostgresServer, free_port, postgres_bin_dir
+from .servers import NatsServer, PostgresServer, free_port, pid_alive, postgres_bin_dir
 from .stack import Stack
 
 log = logging.getLogger("timeshare.devstack")
@@ -135,6 +136,27 @@ async def heartbeats(stack: Stack, stop: asyncio.Event) -> None:
             pass
 
 
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def claim(data: Path) -> Path | None:
+    """Mark ``data`` as in use by this process; None (and a message) when another devstack runs
+    on it. A mark left by a run that was killed is reported and taken over."""
+    mark = data / "devstack.pid"
+    try:
+        pid = int(mark.read_text().strip())
+    except (OSError, ValueError):
+        pid = 0
+    if pid and pid != os.getpid():
+        if pid_alive(pid):
+            say(f"another devstack (pid {pid}) runs on {data}: stop it first (kill {pid}), or use --data DIR")
+            return None
+        say(f"the last devstack on {data} (pid {pid}) did not stop cleanly (killed?): checking what it left")
+    mark.write_text(str(os.getpid()))
+    return mark
+
+
 async def main(argv=None) -> int:
     args = parse_args(argv)
     setup_logging(os.environ.get("TIMESHARE_LOG_LEVEL", "INFO"))
@@ -142,9 +164,25 @@ async def main(argv=None) -> int:
     if args.fresh and data.exists():
         import shutil
 
+        say(f"--fresh: deleting {data}")
         shutil.rmtree(data)
     data.mkdir(parents=True, exist_ok=True)
-    nats_server = NatsServer(str(data / "nats")).start()
+    mark = claim(data)
+    if mark is None:
+        return 1
+    # both servers are children that die with this process however it ends (parent-death signal)
+    say(f"starting nats-server (JetStream store {data / 'nats'}) ...")
+    t0 = time.monotonic()
+    nats_server = NatsServer(str(data / "nats"))
+    try:
+        nats_server.start()
+    except BaseException:
+        mark.unlink(missing_ok=True)
+        raise
+    finally:
+        for note in nats_server.notes:
+            say("  " + note)
+    say(f"  nats-server ready on {nats_server.url} (pid {nats_server.proc.pid}, {time.monotonic() - t0:.1f}s)")
     pg = None
     try:
         database_url = "memory"
@@ -154,21 +192,31 @@ async def main(argv=None) -> int:
             log.warning("PostgreSQL server binaries not found (apt-get install postgresql, or set "
                         "TIMESHARE_PG_BIN): in-memory stores, rebuilt from the stream")
         else:
+            say(f"starting PostgreSQL (data {data / 'postgres'}) ...")
+            t0 = time.monotonic()
+            pg = candidate = PostgresServer(str(data / "postgres"))
             try:
-                pg = PostgresServer(str(data / "postgres")).start()
+                pg.start()
                 database_url = pg.dsn
-            except (OSError, subprocess.CalledProcessError, TimeoutError) as exc:
+                say(f"  PostgreSQL ready on port {pg.port} (pid {pg.proc.pid}, {time.monotonic() - t0:.1f}s)")
+            except (OSError, subprocess.CalledProcessError, TimeoutError, RuntimeError) as exc:
                 detail = getattr(exc, "stderr", b"") or b""
                 log.warning("PostgreSQL did not start (%s %s); in-memory stores, rebuilt from the stream", exc,
                             detail.decode(errors="replace").strip()[:300])
+                pg.stop()
                 pg = None
+            finally:
+                for note in candidate.notes:
+                    say("  " + note)
         config = load_cluster(args.cluster_file)
         settings = replace(Settings.from_env(), nats_url=nats_server.url, database_url=database_url,
                            cluster_file=args.cluster_file, cluster=config.name,
                            http_port=port_or_free(args.port), tokens=json.dumps(DEMO_TOKENS),
                            executor="simulated", time_scale=1.0, heartbeat_timeout_s=30.0,
                            repair_command="sleep 2; echo repaired $TIMESHARE_NODE")
-        stack = await Stack(settings, config).start()
+        say(f"starting the services of cluster {config.name!r} (placement replays the log, the projections "
+            "catch up) ...")
+        stack = await Stack(settings, config).start(echo=say)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -189,11 +237,15 @@ async def main(argv=None) -> int:
         print("stopping...", flush=True)
         for t in tasks:
             await t
-        await stack.stop()
+        try:  # bounded: the servers are stopped below whatever the services do
+            await asyncio.wait_for(stack.stop(), 20)
+        except asyncio.TimeoutError:
+            say("the services did not stop within 20 s; stopping the servers anyway")
     finally:
         if pg is not None:
-            pg.stop()
+            pg.stop(mode="fast")
         nats_server.stop()
+        mark.unlink(missing_ok=True)
     print("stopped: nothing left running", flush=True)
     return 0
 

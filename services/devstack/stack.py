@@ -43,10 +43,18 @@ class Stack:
         self.names = [n for n in ORDER if n in services]
         self.services: dict[str, object] = {}
 
-    async def start(self) -> "Stack":
+    async def start(self, echo=None) -> "Stack":
+        """Start every service in order; ``echo(text)`` hears about each one (the devstack prints)."""
+        import time
+
         try:
             for name in self.names:
+                t0 = time.monotonic()
+                if echo:
+                    echo(f"  starting {name} ...")
                 await self.start_service(name)
+                if echo:
+                    echo(f"  {name} ready ({time.monotonic() - t0:.1f}s)")
         except BaseException:
             await self.stop()  # nothing half-started is left behind
             raise

@@ -19,16 +19,19 @@ import asyncio
 import logging
 import os
 import signal
+import time
 
 import msgspec
+from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
 
 from timeshare import events as ev
 
-from ..common import subjects
+from ..common import healthz, subjects
 from ..common.bus import Bus, decode_event, follow, reply_json
 from ..common.cluster_config import ClusterConfig
 from ..common.ids import ended_id
 from ..common.settings import Settings
+from ..common.supervise import is_transient
 
 log = logging.getLogger("timeshare.executor")
 
@@ -72,6 +75,8 @@ class Executor:
         self.releasing: dict[tuple[str, int], asyncio.Future] = {}
         #: stream sequence of the last log message applied (``advance`` waits for a given one)
         self.last_seq = 0
+        #: the log follower's position, lag and last error (for the health report)
+        self.follow_status: dict = {}
         self.seq_changed = asyncio.Condition()
 
     async def start(self) -> "Executor":
@@ -80,11 +85,20 @@ class Executor:
         await self.bus.ensure_infra()
         self.subs.append(await self.bus.nc.subscribe(subjects.cmd_subject(self.cluster, "executor.advance"),
                                                      cb=self._on_advance))
+        self.subs.append(await healthz.serve(self.bus, self.cluster, "executor", self.health_report))
         self.tasks.append(asyncio.create_task(follow(
             self.bus, subjects.LOG_STREAM, subjects.log_filter(self.cluster), self._on_batch, self.stop_event,
-            caught_up=self.caught_up)))
+            caught_up=self.caught_up, name=f"executor {self.cluster} log follower", status=self.follow_status)))
         await self.caught_up.wait()
         return self
+
+    async def health_report(self) -> dict:
+        st = dict(self.follow_status)
+        since = time.monotonic() - st.pop("last_progress", time.monotonic())
+        st.update(applied_seq=self.last_seq, since_progress_s=round(since, 3),
+                  stuck=since > self.settings.stuck_after_s)
+        return {"ok": self.bus.nc.is_connected and not st["stuck"], "consumers": {"log follower": st},
+                "running": len(self.running), "reported": self.reported}
 
     async def stop(self) -> None:
         self.stop_event.set()
@@ -114,7 +128,10 @@ class Executor:
                 continue  # placement never appends what it cannot decode
             finally:
                 self.last_seq = max(self.last_seq, seq)
-            self._apply(e, seq)
+            try:
+                self._apply(e, seq)
+            except Exception:  # one event this executor cannot follow must not stop it
+                log.exception("executor: cannot apply %s (log seq %d)", ev.event_type(e), seq)
         if live:
             for r in list(self.running.values()):
                 if r.handle is None and not r.procs and not r.stopping:
@@ -133,6 +150,8 @@ class Executor:
                 end_ms = e.at_ms + int(round(remaining_s * 1000 * (1.0 if self.clock.manual else self.settings.time_scale)))
                 self.running[e.workload_id] = Running(e.workload_id, e.attempt, end_ms, spec, e.placement, seq)
             case ev.WorkloadPreempted() | ev.WorkloadCancelled() | ev.WorkloadFailed() | ev.WorkloadCompleted():
+                if not (isinstance(e, ev.WorkloadPreempted) and e.resumable):
+                    self.specs.pop(e.workload_id, None)  # ended for good: never started again
                 r = self.running.pop(e.workload_id, None)
                 if r is not None:
                     r.stopping = True
@@ -176,8 +195,17 @@ class Executor:
                                   cluster=self.cluster, workload_id=r.workload_id,
                                   reason=reason or f"exit code {exit_code}", exit_code=exit_code,
                                   attempt=r.attempt)
+        # a lost connection is retried until it comes back (the id dedups a repeat); the report
+        # is dropped only when the workload was stopped meanwhile or the executor stops
         try:
-            await self.bus.propose(e)
+            async for attempt in AsyncRetrying(
+                    retry=retry_if_exception(is_transient), reraise=True,
+                    wait=wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1),
+                    stop=lambda _s: self.stop_event.is_set() or self.running.get(r.workload_id) is not r,
+                    before_sleep=lambda rs: log.warning("report %s: %s; retrying", e.event_id,
+                                                        rs.outcome.exception())):
+                with attempt:
+                    await self.bus.propose(e)
             self.reported += 1
         except Exception as exc:
             log.error("could not report %s: %s", e.event_id, exc)

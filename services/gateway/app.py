@@ -21,8 +21,10 @@ from timeshare.cluster import PlacementError
 from timeshare.tree import TreeError
 from timeshare.workload import PRIORITIES, ContractError, WorkloadSpec, check_contract
 
+from ..common import healthz as health_reports
 from ..common import subjects
 from ..common.auth import Caller
+from ..common.supervise import describe, is_transient
 from ..common.ids import new_id, submitted_id, workload_id_for_key
 
 API_VERSION = "v1"
@@ -59,6 +61,25 @@ class _SubmitBody(msgspec.Struct, kw_only=True):
 
 
 _submit_decoder = msgspec.json.Decoder(_SubmitBody, strict=False)
+
+#: longest label or id a submission may carry (each is a key or a column downstream)
+MAX_TEXT = 256
+
+
+def _text_problem(req: _SubmitBody) -> str | None:
+    """A label PostgreSQL cannot store (NUL) or too long to be a key; None when all are fine."""
+    for name in ("project", "gpu_type", "priority", "kind", "id"):
+        value = getattr(req, name)
+        if value is None:
+            continue
+        if "\x00" in value:
+            return f"{name}: must not contain a NUL character"
+        if len(value) > MAX_TEXT:
+            return f"{name}: at most {MAX_TEXT} characters (got {len(value)})"
+    for i, arg in enumerate(req.command or []):
+        if "\x00" in arg:
+            return f"command[{i}]: must not contain a NUL character"
+    return None
 
 
 class SubmitResponse(BaseModel):
@@ -99,6 +120,19 @@ def create_app(gw) -> FastAPI:
     async def unavailable(_request: Request, exc: Unavailable):
         return JSONResponse(status_code=503, content={"detail": str(exc)})
 
+    async def store_error(_request: Request, exc: Exception):
+        # the store kept trying for a few seconds (PostgreSQL restarting): ask the client to
+        # retry (with its Idempotency-Key) rather than answering 500
+        if is_transient(exc):
+            return JSONResponse(status_code=503, headers={"Retry-After": "1"},
+                                content={"detail": f"the gateway's store is unavailable: {describe(exc)}"})
+        return JSONResponse(status_code=500, content={"detail": f"internal error: {describe(exc)}"})
+
+    import asyncpg
+
+    for cls in (asyncpg.exceptions.PostgresError, asyncpg.InterfaceError, OSError):
+        app.add_exception_handler(cls, store_error)
+
     async def caller(authorization: Annotated[str | None, Header(description="Bearer <token>")] = None) -> Caller:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)",
@@ -121,8 +155,18 @@ def create_app(gw) -> FastAPI:
         return out
 
     @app.get("/healthz", tags=["operations"])
-    async def healthz() -> dict:
-        return {"ok": gw.bus.nc.is_connected, "cluster": cluster, "projection_seq": gw.projection.last_seq}
+    async def healthz(response: Response) -> dict:
+        """Every service's report: each consumer's applied sequence, lag and last error; 503 when
+        a service does not answer, is off NATS, or has a projection stuck."""
+        own = health_reports.projector_report("gateway", [gw.projector], gw.bus)
+        others = await health_reports.gather(gw.bus, cluster)
+        missing = sorted(n for n, r in others.items() if r is None)
+        services = {"gateway": own, **{n: r or {"service": n, "ok": False, "error": "no answer"}
+                                       for n, r in others.items()}}
+        ok = all(r["ok"] for r in services.values())
+        response.status_code = 200 if ok else 503
+        return {"ok": ok, "cluster": cluster, "projection_seq": gw.projector.applied_seq, "missing": missing,
+                "services": services}
 
     submit_schema = SubmitRequest.model_json_schema()
 
@@ -136,6 +180,9 @@ def create_app(gw) -> FastAPI:
             req = _submit_decoder.decode(await request.body())
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise HTTPException(422, f"request body: {exc}") from None
+        problem = _text_problem(req)
+        if problem:
+            raise HTTPException(400, problem)
         if idempotency_key:
             wid = req.id or workload_id_for_key(who.user, idempotency_key)
         else:

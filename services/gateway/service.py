@@ -7,10 +7,10 @@ import logging
 
 import uvicorn
 
-from ..common import subjects
 from ..common.auth import TokenTable
 from ..common.bus import Bus
 from ..common.cluster_config import ClusterConfig
+from ..common.projector import Projector
 from ..common.settings import Settings
 from ..common.store import make_store
 from .app import create_app
@@ -31,6 +31,7 @@ class Gateway:
         self.store = store or make_store(settings.database_url, "gateway")
         self.tokens = TokenTable(settings.token_table())
         self.projection: Projection | None = None
+        self.projector: Projector | None = None
         self.stop_event = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
         self.server: uvicorn.Server | None = None
@@ -45,11 +46,10 @@ class Gateway:
             self.bus = await Bus.connect(self.settings, self.cluster, name="gateway")
         await self.bus.ensure_infra()
         await self.store.open()
-        consumer = f"gateway-{self.cluster}"
-        self.projection = Projection(self.store, consumer, self.config.tree(), self.bus)
-        after = await self.projection.load()
-        self.tasks.append(asyncio.create_task(self.bus.consume(
-            subjects.LOG_STREAM, consumer, self.projection.handle, self.stop_event, start_after_seq=after)))
+        self.projection = Projection(f"gateway-{self.cluster}", self.config.tree())
+        await self.projection.load(self.store)
+        self.projector = await Projector(self.projection, self.bus, self.store, self.stop_event,
+                                         stuck_after_s=self.settings.stuck_after_s).start()
         self.app = create_app(self)
         if serve_http:
             cfg = uvicorn.Config(self.app, host=self.settings.http_host, port=self.settings.http_port,
@@ -67,6 +67,8 @@ class Gateway:
         self.stop_event.set()
         if self.server is not None:
             self.server.should_exit = True
+        if self.projector is not None:
+            await self.projector.close()
         for t in self.tasks:
             try:
                 await asyncio.wait_for(t, 3)

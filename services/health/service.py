@@ -24,11 +24,13 @@ import msgspec
 
 from timeshare import events as ev
 
-from ..common import subjects
-from ..common.bus import Bus, decode_event, reply_json
+from ..common import healthz, subjects
+from ..common.bus import Bus, reply_json
 from ..common.cluster_config import ClusterConfig
 from ..common.settings import Settings
+from ..common.projector import Projector
 from ..common.store import Changes, make_store
+from ..common.supervise import spawn
 
 log = logging.getLogger("timeshare.health")
 
@@ -46,7 +48,7 @@ class Health:
         self.nodes: dict[str, dict] = {n: {"state": "healthy", "incidents": 0} for n in self.node_names}
         self.last_heartbeat: dict[str, float] = {}
         self.repairs: dict[str, asyncio.Task] = {}
-        self.last_seq = 0
+        self.projector: Projector | None = None
         self.stop_event = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
         self.subs = []
@@ -57,14 +59,13 @@ class Health:
             self.bus = await Bus.connect(self.settings, self.cluster, name="health")
         await self.bus.ensure_infra()
         await self.store.open()
-        self.last_seq = await self.store.last_seq(self.consumer)
-        for name, doc in await self.store.scan("node"):
-            self.nodes[name] = doc
-        self.tasks.append(asyncio.create_task(self.bus.consume(
-            subjects.LOG_STREAM, self.consumer, self._on_batch, self.stop_event, start_after_seq=self.last_seq)))
-        self.tasks.append(asyncio.create_task(self._watch()))
+        await self.load(self.store)
+        self.projector = await Projector(self, self.bus, self.store, self.stop_event,
+                                         stuck_after_s=self.settings.stuck_after_s).start()
+        self.tasks.append(spawn("health heartbeat watch", self._watch, self.stop_event))
         nc = self.bus.nc
         self.subs += [
+            await healthz.serve(self.bus, self.cluster, "health", self.health_report),
             await nc.subscribe(subjects.heartbeat_subject(self.cluster), cb=self._on_heartbeat),
             await nc.subscribe(subjects.cmd_subject(self.cluster, "health.report"), cb=self._on_report),
             await nc.subscribe(subjects.cmd_subject(self.cluster, "health.repaired"), cb=self._on_repaired),
@@ -76,8 +77,14 @@ class Health:
                 self._start_repair(name)
         return self
 
+    async def health_report(self) -> dict:
+        return healthz.projector_report("health", [self.projector], self.bus,
+                                        repairs_running=sorted(self.repairs))
+
     async def stop(self) -> None:
         self.stop_event.set()
+        if self.projector is not None:
+            await self.projector.close()
         for s in self.subs:
             await s.unsubscribe()
         for t in [*self.tasks, *self.repairs.values()]:
@@ -91,42 +98,44 @@ class Health:
             await self.bus.close()
 
     # -- projection of node states ------------------------------------------------------
-    async def _on_batch(self, msgs) -> None:
-        changes = Changes()
-        touched = []
-        last = self.last_seq
-        for m in msgs:
-            seq = m.metadata.sequence.stream
-            if seq <= self.last_seq:
-                continue
-            last = seq
-            try:
-                e = decode_event(m.data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                await self.bus.dead_letter(self.consumer, m, f"undecodable event: {exc}")
-                continue
-            doc = self.nodes.setdefault(getattr(e, "node", ""), {"state": "healthy", "incidents": 0})
-            match e:
-                case ev.NodeUnhealthy():
-                    doc.update(state="cordoned", reason=e.reason, needs_human=e.needs_human, since_ms=e.at_ms)
-                case ev.NodeFailed():
-                    doc.update(state="down", reason=e.reason, since_ms=e.at_ms)
-                case ev.NodeDrained():
-                    doc.update(state="drained", since_ms=e.at_ms)
-                case ev.NodeRepaired():
-                    doc.update(state="healthy", incidents=doc["incidents"] + 1, since_ms=e.at_ms, reason="")
-                case _:
-                    continue
-            changes.put("node", e.node, dict(doc))
-            changes.append("node", e.node, {"seq": seq, **msgspec.to_builtins(e)})
-            touched.append(e)
-        if last > self.last_seq and await self.store.commit(self.consumer, last, changes):
-            self.last_seq = last
-            for e in touched:
-                if isinstance(e, (ev.NodeDrained, ev.NodeFailed)):
-                    self._start_repair(e.node)
-                elif isinstance(e, ev.NodeRepaired):
-                    self.last_heartbeat.pop(e.node, None)
+    async def load(self, store) -> None:
+        for name, doc in await store.scan("node"):
+            self.nodes[name] = {**self.nodes.get(name, {}), **doc}
+
+    async def begin(self, store, events) -> dict:
+        return {}  # the node documents this batch changed (copies of self.nodes's)
+
+    def fold(self, work: dict, seq: int, e: ev.Event, changes: Changes) -> dict:
+        if not isinstance(e, (ev.NodeUnhealthy, ev.NodeFailed, ev.NodeDrained, ev.NodeRepaired)):
+            return work
+        doc = work.get(e.node) or dict(self.nodes.get(e.node) or {"state": "healthy", "incidents": 0})
+        match e:
+            case ev.NodeUnhealthy():
+                doc.update(state="cordoned", reason=e.reason, needs_human=e.needs_human, since_ms=e.at_ms)
+            case ev.NodeFailed():
+                doc.update(state="down", reason=e.reason, since_ms=e.at_ms)
+            case ev.NodeDrained():
+                doc.update(state="drained", since_ms=e.at_ms)
+            case ev.NodeRepaired():
+                doc.update(state="healthy", incidents=doc["incidents"] + 1, since_ms=e.at_ms, reason="")
+        work[e.node] = doc
+        changes.put("node", e.node, doc)
+        changes.append("node", e.node, {"seq": seq, **msgspec.to_builtins(e)})
+        return work
+
+    def committed(self, work: dict, events) -> None:
+        for node, doc in work.items():
+            # keep what only lives in memory (the last heartbeat's time)
+            self.nodes[node] = {**self.nodes.get(node, {}), **doc}
+        for _, e in events:
+            if isinstance(e, (ev.NodeDrained, ev.NodeFailed)):
+                self._start_repair(e.node)
+            elif isinstance(e, ev.NodeRepaired):
+                self.last_heartbeat.pop(e.node, None)
+
+    @property
+    def last_seq(self) -> int:
+        return self.projector.applied_seq if self.projector is not None else 0
 
     # -- heartbeats and reports -------------------------------------------------------------
     async def _on_heartbeat(self, msg) -> None:
@@ -141,8 +150,9 @@ class Health:
     async def _watch(self) -> None:
         timeout = self.settings.heartbeat_timeout_s
         if timeout <= 0:
+            await self.stop_event.wait()  # watching is off
             return
-        while True:
+        while not self.stop_event.is_set():
             await asyncio.sleep(max(0.05, timeout / 4))
             now = time.monotonic()
             for node, seen in sorted(self.last_heartbeat.items()):

@@ -20,14 +20,19 @@ from timeshare import events as ev
 from timeshare.tree import AllocationTree
 from timeshare.window import UsageLedger
 
-from ..common import subjects
-from ..common.bus import Bus, decode_event, reply_json
+from ..common import healthz, subjects
+from ..common.bus import Bus, reply_json
 from ..common.cluster_config import ClusterConfig
+from ..common.projector import Projector
 from ..common.settings import Settings
 from ..common.store import Changes, make_store
+from ..common.supervise import describe, is_transient, spawn
 from .report import attainment_report
 
 log = logging.getLogger("timeshare.ledger")
+
+#: the longest range one report bins (hour by hour, per team)
+MAX_REPORT_RANGE_S = 400 * 86400
 
 
 class Ledger:
@@ -48,33 +53,37 @@ class Ledger:
         self.tasks: list[asyncio.Task] = []
         self.subs = []
         self.dirty = False
+        self.projector: Projector | None = None
 
     def _reset(self) -> None:
         self.tree = self.config.tree()
         self.usage = UsageLedger(self.config.policy.lookback_window_s)
         self.running: dict[str, tuple[str, str, bool, int]] = {}
         self.last_ms = 0
-        self.last_seq = 0
 
     async def start(self) -> "Ledger":
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name="ledger")
         await self.bus.ensure_infra()
         await self.store.open()
-        self.last_seq = await self.store.last_seq(self.consumer)
-        for doc in await self.store.journal("events", self.cluster):
-            self._observe(ev.decoder.decode(msgspec.json.encode(doc)))
-        self.tasks.append(asyncio.create_task(self.bus.consume(
-            subjects.LOG_STREAM, self.consumer, self._on_batch, self.stop_event, start_after_seq=self.last_seq)))
-        self.tasks.append(asyncio.create_task(self._snapshots()))
+        await self.load(self.store)
+        self.projector = await Projector(self, self.bus, self.store, self.stop_event,
+                                         stuck_after_s=self.settings.stuck_after_s).start()
+        self.tasks.append(spawn("ledger usage snapshots", self._snapshots, self.stop_event))
+        self.subs.append(await healthz.serve(self.bus, self.cluster, "ledger", self.health_report))
         self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "ledger.report"),
                                                      cb=self._on_report))
         self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "ledger.usage"),
                                                      cb=self._on_usage))
         return self
 
+    async def health_report(self) -> dict:
+        return healthz.projector_report("ledger", [self.projector], self.bus)
+
     async def stop(self) -> None:
         self.stop_event.set()
+        if self.projector is not None:
+            await self.projector.close()
         for s in self.subs:
             await s.unsubscribe()
         for t in self.tasks:
@@ -102,29 +111,30 @@ class Ledger:
             case ev.BudgetChanged():
                 self.tree = AllocationTree.from_shares(e.new)
 
-    async def _on_batch(self, msgs) -> None:
-        changes = Changes()
-        fresh = []
-        last = self.last_seq
-        for m in msgs:
-            seq = m.metadata.sequence.stream
-            if seq <= self.last_seq:
-                continue
-            last = seq
-            try:
-                e = decode_event(m.data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                await self.bus.dead_letter(self.consumer, m, f"undecodable event: {exc}")
-                continue
-            if isinstance(e, ev.MinRuntimeReached):
-                continue  # changes no usage
-            fresh.append(e)
+    # -- the projection (run by services.common.projector) ---------------------------------
+    async def load(self, store) -> None:
+        self._reset()
+        for doc in await store.journal("events", self.cluster):
+            self._observe(ev.decoder.decode(msgspec.json.encode(doc)))
+        self.dirty = True
+
+    async def begin(self, store, events) -> list[ev.Event]:
+        return []
+
+    def fold(self, work: list[ev.Event], seq: int, e: ev.Event, changes: Changes) -> list[ev.Event]:
+        if not isinstance(e, ev.MinRuntimeReached):  # changes no usage
             changes.append("events", self.cluster, msgspec.to_builtins(e))
-        if last > self.last_seq and await self.store.commit(self.consumer, last, changes):
-            self.last_seq = last
-            for e in fresh:
-                self._observe(e)
-            self.dirty = self.dirty or bool(fresh)
+            work.append(e)
+        return work
+
+    def committed(self, work: list[ev.Event], events) -> None:
+        for e in work:
+            self._observe(e)
+        self.dirty = self.dirty or bool(work)
+
+    @property
+    def last_seq(self) -> int:
+        return self.projector.applied_seq if self.projector is not None else 0
 
     def usage_snapshot(self) -> dict:
         now_s = max(self.clock.now_ms(), self.last_ms) / 1000
@@ -140,19 +150,34 @@ class Ledger:
 
     async def _snapshots(self) -> None:
         kv = await self.bus.js.key_value(subjects.USAGE_BUCKET)
-        while True:
+        while not self.stop_event.is_set():
             await asyncio.sleep(self.snapshot_every_s)
             if self.dirty:
                 self.dirty = False
                 try:
                     await kv.put(self.cluster, msgspec.json.encode(self.usage_snapshot()))
                 except Exception as exc:
+                    self.dirty = True  # put it again next time
                     log.warning("usage snapshot: %s", exc)
 
     async def report(self, from_s: float | None, to_s: float | None) -> dict:
+        # the report bins every hour of the range for every team: a far ``to_s`` once took
+        # 23.7 GB and stalled every service, so ranges it cannot serve are refused up front
+        now_s = max(self.clock.now_ms(), self.last_ms) / 1000
+        if to_s is not None and to_s > now_s + 3600:
+            return {"error": f"to_s {to_s:.0f} is in the future (now is {now_s:.0f}): a report covers what "
+                             "happened", "status": 400}
+        if from_s is not None and to_s is not None and to_s < from_s:
+            return {"error": "to_s is before from_s", "status": 400}
+        if from_s is not None and (to_s if to_s is not None else now_s) - from_s > MAX_REPORT_RANGE_S:
+            return {"error": f"a report covers at most {MAX_REPORT_RANGE_S // 86400} days; ask for a shorter "
+                             "range (from_s, to_s)", "status": 400}
         docs = await self.store.journal("events", self.cluster)
         events = [ev.decoder.decode(msgspec.json.encode(d)) for d in docs]
-        to = to_s if to_s is not None else max(self.clock.now_ms(), self.last_ms) / 1000
+        if from_s is None and events and (to_s if to_s is not None else now_s) - events[0].at_ms / 1000 > MAX_REPORT_RANGE_S:
+            return {"error": f"the journal spans more than {MAX_REPORT_RANGE_S // 86400} days: give from_s",
+                    "status": 400}
+        to = to_s if to_s is not None else now_s
         pools = {gt: p.total_gpus for gt, p in self.cluster_model.pools.items()}
         nodes = {n.name: (p.gpu_type, n.gpus) for p in self.cluster_model.pools.values() for n in p.nodes}
         return attainment_report(events, self.tree, pools, nodes, self.config.policy.max_min_runtime_s, from_s, to)
@@ -162,7 +187,8 @@ class Ledger:
             args = msgspec.json.decode(msg.data) if msg.data else {}
             body = await self.report(args.get("from_s"), args.get("to_s"))
         except Exception as exc:
-            body = {"error": f"report failed: {exc}", "status": 400}
+            # a store away is the service's problem (503, try again), anything else the request's
+            body = {"error": f"report failed: {describe(exc)}", "status": 503 if is_transient(exc) else 400}
         await msg.respond(reply_json(body))
 
     async def _on_usage(self, msg) -> None:

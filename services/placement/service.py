@@ -16,11 +16,16 @@ cancel of a finished workload; health changes for unknown nodes or nodes not in 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import pickle
 import time
 import uuid
+from pathlib import Path
 
 import msgspec
+import nats.errors
+from nats.js.errors import ObjectNotFoundError
 from nats.js.errors import KeyWrongLastSequenceError
 
 from timeshare import events as ev
@@ -30,11 +35,12 @@ from timeshare.state import ENDED, RUNNING, SchedulerState
 from timeshare.tree import AllocationTree, TreeError
 from timeshare.workload import ContractError
 
-from ..common import subjects
+from ..common import healthz, subjects
 from ..common.bus import Bus, FenceError, decode_event, reply_json
 from ..common.cluster_config import ClusterConfig
 from ..common.ids import attempt_of
 from ..common.settings import Settings
+from ..common.supervise import describe, is_transient
 from ..common.telemetry import setup_telemetry
 from . import view
 
@@ -42,6 +48,19 @@ log = logging.getLogger("timeshare.placement")
 
 PROPOSABLE = (ev.WorkloadSubmitted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled,
               ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
+
+
+def _code_version() -> str:
+    """A hash of the scheduling core and this file: a snapshot is loaded by the same code only."""
+    import timeshare
+
+    h = hashlib.sha256()
+    for path in sorted([*Path(timeshare.__file__).parent.rglob("*.py"), Path(__file__)]):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+CODE_VERSION = _code_version()
 
 
 class Rejected(Exception):
@@ -64,7 +83,9 @@ class Placement:
         self.policy = BudgetPolicy()
         self.tracer = setup_telemetry("placement", settings.otel)
         self.state: SchedulerState | None = None
+        #: ids of applied *proposed* events whose workload has not ended (see _remember)
         self.applied_ids: set[str] = set()
+        self.ids_of: dict[str, list[str]] = {}
         self.last_log_seq = 0
         self.leader = asyncio.Event()
         self.stop_event = asyncio.Event()
@@ -72,6 +93,16 @@ class Placement:
         self.subs = []
         self.lease_rev: int | None = None
         self.last_pass_wall = 0.0
+        self.terms = 0
+        self.terms_lost = 0
+        self.replayed = 0
+        #: log sequence of the snapshot the last rebuild started from (0: none, the whole log)
+        self.loaded_snapshot_seq = 0
+        self.snapshot_seq = 0
+        self.since_snapshot = 0
+        self.snapshot_task: asyncio.Task | None = None
+        self.rebuilds = 0
+        self.last_error: str | None = None
         self.stats = {"passes": 0, "inputs": 0, "decisions": 0, "rejected": 0, "duplicates": 0}
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -82,13 +113,27 @@ class Placement:
         for q in ("queue", "tree", "nodes", "workload", "digest"):
             self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, q),
                                                          cb=self._on_query))
+        self.subs.append(await healthz.serve(self.bus, self.cluster, "placement", self.health_report))
         self.tasks.append(asyncio.create_task(self._run(), name="placement"))
         if wait_leader:
             await self.leader.wait()
         return self
 
+    async def health_report(self) -> dict | None:
+        if not self.leader.is_set():
+            return None  # the leader answers for placement; a standby stays silent
+        info = await self.bus.js.consumer_info(subjects.INBOX_STREAM, f"placement-{self.cluster}")
+        inbox = {"lag": info.num_pending, "unacked": info.num_ack_pending, "last_error": self.last_error,
+                 "stuck": False}
+        return {"ok": self.bus.nc.is_connected, "leader": self.instance, "log_seq": self.last_log_seq,
+                "terms": self.terms, "terms_lost": self.terms_lost, "consumers": {"inbox": inbox},
+                "replayed_at_start": self.replayed, "snapshot_seq": self.snapshot_seq,
+                "stats": self.stats}
+
     async def stop(self, release_lease: bool = True) -> None:
         self.stop_event.set()
+        if self.snapshot_task is not None:
+            self.snapshot_task.cancel()
         for t in self.tasks:
             t.cancel()
         for t in self.tasks:
@@ -114,67 +159,189 @@ class Placement:
         return f"placement.{self.cluster}"
 
     async def _run(self) -> None:
-        kv = await self.bus.js.key_value(subjects.LEASE_BUCKET)
+        """Campaign for the lease, lead until something goes wrong, step down, campaign again.
+
+        Nothing but ``stop`` ends this loop: a lost lease, a fenced append, NATS going away
+        mid-append or a bug in a pass each make this instance step down (logged) and campaign
+        again; the next term starts from a replay of the log."""
+        wait_s = 0.1
         while not self.stop_event.is_set():
-            await self._acquire_lease(kv)
-            refresher = asyncio.create_task(self._refresh_lease(kv))
+            started = time.monotonic()
             try:
-                await self._rebuild()
-                # the inbox durable acks all up to a sequence at once: what the previous leader
-                # fetched but never acked would be acked unseen by this leader's first ack, so
-                # everything above the ack floor is delivered again now (applied ids are skipped)
-                await self.bus.rewind_to_ack_floor(subjects.INBOX_STREAM, f"placement-{self.cluster}")
-                self.leader.set()
-                log.info("placement %s leads cluster %s from log seq %d", self.instance, self.cluster,
-                         self.last_log_seq)
-                await self._loop()
+                kv = await self.bus.js.key_value(subjects.LEASE_BUCKET)
+                await self._acquire_lease(kv)
+                await self._term(kv)
+            except asyncio.CancelledError:
+                raise
             except FenceError as exc:
+                self.last_error = describe(exc)
                 log.error("placement %s lost the log (%s); stepping down", self.instance, exc)
+            except Exception as exc:  # noqa: BLE001 - step down, never die
+                self.last_error = describe(exc)
+                log.error("placement %s stepped down: %s; campaigning again", self.instance, describe(exc),
+                          exc_info=not is_transient(exc))
             finally:
-                refresher.cancel()
                 self.leader.clear()
-            await asyncio.sleep(0.1)
+            if time.monotonic() - started > 30:
+                wait_s = 0.1
+            try:
+                await asyncio.wait_for(self.stop_event.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+            wait_s = min(2.0, wait_s * 2)
+
+    async def _term(self, kv) -> None:
+        """One term as leader: ends when the lease is lost (returns) or the work fails (raises)."""
+        refresher = asyncio.create_task(self._refresh_lease(kv), name="placement lease")
+        work = asyncio.create_task(self._lead(), name="placement leader")
+        try:
+            done, _ = await asyncio.wait({refresher, work}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (refresher, work):
+                t.cancel()
+            for t in (refresher, work):
+                try:
+                    await t
+                except (asyncio.CancelledError, Exception):
+                    pass
+        if work in done and not work.cancelled() and work.exception() is not None:
+            raise work.exception()
+        if refresher in done:
+            self.terms_lost += 1
+            log.error("placement %s lost its lease; campaigning again", self.instance)
+
+    async def _lead(self) -> None:
+        await self._rebuild()
+        # the inbox durable acks all up to a sequence at once: what the previous leader
+        # fetched but never acked would be acked unseen by this leader's first ack, so
+        # everything above the ack floor is delivered again now (applied ids are skipped)
+        await self.bus.rewind_to_ack_floor(subjects.INBOX_STREAM, f"placement-{self.cluster}")
+        if 0 < self.settings.snapshot_every <= self.replayed:
+            self._maybe_snapshot(0, force=True)  # a long replay is not repeated by the next leader
+        self.leader.set()
+        self.terms += 1
+        log.info("placement %s leads cluster %s from log seq %d", self.instance, self.cluster, self.last_log_seq)
+        await self._loop()
 
     async def _acquire_lease(self, kv) -> None:
+        key, me = self._lease_key(), self.instance.encode()
         while not self.stop_event.is_set():
             try:
-                self.lease_rev = await kv.create(self._lease_key(), self.instance.encode())
+                self.lease_rev = await kv.create(key, me)
                 return
-            except Exception:  # held by another instance (KeyWrongLastSequenceError)
-                await asyncio.sleep(max(0.05, self.settings.lease_ttl_s / 10))
+            except Exception:  # held (KeyWrongLastSequenceError), or NATS away: look again
+                pass
+            try:
+                entry = await kv.get(key)
+                if entry.value == me:  # still ours from the last term (stepped down, not deposed)
+                    self.lease_rev = await kv.update(key, me, last=entry.revision)
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(max(0.05, self.settings.lease_ttl_s / 10))
         raise asyncio.CancelledError
 
     async def _refresh_lease(self, kv) -> None:
+        """Keep the lease; return once it is lost (another instance holds it, or it lapsed)."""
         while True:
             await asyncio.sleep(self.settings.lease_ttl_s / 3)
             try:
                 self.lease_rev = await kv.update(self._lease_key(), self.instance.encode(), last=self.lease_rev)
             except KeyWrongLastSequenceError:
-                log.error("placement %s lost its lease", self.instance)
                 self.leader.clear()
-                for t in self.tasks:
-                    t.cancel()
                 return
             except Exception as exc:  # NATS briefly away: try again
                 log.warning("lease refresh failed: %s", exc)
 
+    def _id_prefix(self) -> str:
+        """Decision ids of this rebuild: unique per instance *and* rebuild. A new term in the
+        same process counts its decisions from 1 again; with the old prefix its ids collided
+        with the last term's inside the dedup window, JetStream dropped those decisions as
+        duplicates and answered with the old sequences, and the leader fenced itself out for
+        the length of the window (two minutes without scheduling after a NATS restart)."""
+        self.rebuilds += 1
+        return f"p{self.instance}-" if self.rebuilds == 1 else f"p{self.instance}r{self.rebuilds}-"
+
     async def _rebuild(self) -> None:
-        """Replay the cluster's log into a fresh state."""
+        """The state from the latest snapshot (if any) and the log after it, or the whole log."""
         t0 = time.perf_counter()
-        self.state = SchedulerState(self.config.tree(), self.config.cluster(), self.config.policy,
-                                    name=self.cluster, id_prefix=f"p{self.instance}-")
-        self.applied_ids = set()
+        prefix = self._id_prefix()
+        snap = await self._load_snapshot()
+        if snap is not None:
+            self.state, self.applied_ids, self.ids_of = snap["state"], snap["applied_ids"], snap["ids_of"]
+            # the snapshot counts decision ids under an old prefix: this term uses its own
+            self.state._id_prefix = prefix
+            start = snap["log_seq"] + 1
+        else:
+            self.state = SchedulerState(self.config.tree(), self.config.cluster(), self.config.policy,
+                                        name=self.cluster, id_prefix=prefix)
+            self.applied_ids, self.ids_of = set(), {}
+            start = 1
+        self.snapshot_seq = self.loaded_snapshot_seq = start - 1
+        self.since_snapshot = 0
         n = 0
 
         def on_msg(m) -> None:
             nonlocal n
             e = decode_event(m.data)
             self.state.apply(e)
-            self.applied_ids.add(e.event_id)
+            self._remember(e)
             n += 1
 
-        self.last_log_seq = await self.bus.replay(subjects.LOG_STREAM, subjects.log_filter(self.cluster), on_msg)
-        log.info("rebuilt %s from %d events in %.3fs", self.cluster, n, time.perf_counter() - t0)
+        self.last_log_seq = await self.bus.replay(subjects.LOG_STREAM, subjects.log_filter(self.cluster), on_msg,
+                                                  start_seq=start)
+        self.replayed = n
+        log.info("rebuilt %s from %s%d events in %.3fs", self.cluster,
+                 f"the snapshot at log seq {start - 1} + " if snap is not None else "", n, time.perf_counter() - t0)
+
+    # -- snapshots --------------------------------------------------------------------------
+    # A pickle of the core's SchedulerState (with the applied ids and the log sequence it
+    # covers) in the object store, written by the leader every ``snapshot_every`` appended
+    # events at a point where the state is exactly the log up to that sequence. It is loaded
+    # only by the same code (CODE_VERSION hashes the core and this file), else ignored: the
+    # whole log is replayed. Pickle trusts the bucket: only services may write to it.
+    def _snapshot_name(self) -> str:
+        return f"placement.{self.cluster}"
+
+    async def _load_snapshot(self) -> dict | None:
+        if self.settings.snapshot_every <= 0:
+            return None
+        try:
+            store = await self.bus.object_store(subjects.SNAPSHOT_BUCKET)
+            obj = await store.get(self._snapshot_name())
+        except ObjectNotFoundError:
+            return None
+        try:
+            snap = pickle.loads(obj.data)
+        except Exception as exc:  # noqa: BLE001 - a bad snapshot costs a full replay, nothing else
+            log.warning("snapshot of %s unreadable (%s): replaying the whole log", self.cluster, exc)
+            return None
+        if snap.get("code") != CODE_VERSION or snap.get("cluster") != self.cluster:
+            log.info("snapshot of %s is from other code: replaying the whole log", self.cluster)
+            return None
+        return snap
+
+    def _maybe_snapshot(self, appended: int, force: bool = False) -> None:
+        self.since_snapshot += appended
+        every = self.settings.snapshot_every
+        if every <= 0 or (self.since_snapshot < every and not force) or (
+                self.snapshot_task and not self.snapshot_task.done()):
+            return
+        # pickled here, between batches, where the state is the log up to last_log_seq
+        data = pickle.dumps({"code": CODE_VERSION, "cluster": self.cluster, "log_seq": self.last_log_seq,
+                             "state": self.state, "applied_ids": self.applied_ids, "ids_of": self.ids_of},
+                            protocol=5)
+        self.since_snapshot = 0
+        self.snapshot_task = asyncio.create_task(self._put_snapshot(data, self.last_log_seq))
+
+    async def _put_snapshot(self, data: bytes, log_seq: int) -> None:
+        try:
+            store = await self.bus.object_store(subjects.SNAPSHOT_BUCKET)
+            await store.put(self._snapshot_name(), data)
+            self.snapshot_seq = log_seq
+            log.info("snapshot of %s at log seq %d (%d bytes)", self.cluster, log_seq, len(data))
+        except Exception as exc:  # noqa: BLE001 - the next one will try again
+            log.warning("snapshot of %s failed: %s", self.cluster, describe(exc))
 
     # -- the loop ---------------------------------------------------------------------------
     def _now_ms(self) -> int:
@@ -190,13 +357,25 @@ class Placement:
         return timeout
 
     async def _loop(self) -> None:
-        sub = await self.bus.js.pull_subscribe_bind(f"placement-{self.cluster}", subjects.INBOX_STREAM)
+        durable = f"placement-{self.cluster}"
+        sub = await self.bus.js.pull_subscribe_bind(durable, subjects.INBOX_STREAM)
+        epoch = self.bus.reconnects
         try:
             while not self.stop_event.is_set():
                 try:
                     msgs = await sub.fetch(1000, timeout=self._fetch_timeout())
-                except Exception:  # timeout: nothing proposed
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):  # nothing proposed
                     msgs = []
+                if self.bus.reconnects != epoch:
+                    # a batch in flight when the connection dropped is lost; the next "ack all
+                    # up to" would ack it unseen: deliver again everything above the ack floor
+                    # (applied ids are skipped)
+                    log.warning("placement %s: NATS reconnected; rewinding the inbox to its ack floor", self.instance)
+                    await sub.unsubscribe()
+                    await self.bus.rewind_to_ack_floor(subjects.INBOX_STREAM, durable)
+                    sub = await self.bus.js.pull_subscribe_bind(durable, subjects.INBOX_STREAM)
+                    epoch = self.bus.reconnects
+                    continue
                 await self._process(msgs)
         finally:
             try:
@@ -242,7 +421,7 @@ class Placement:
                     continue
                 for a in accepted_events:
                     state.apply(a)
-                    self.applied_ids.add(a.event_id)
+                    self._remember(a)
                 out += accepted_events
                 accepted += 1
             self.stats["inputs"] += accepted
@@ -256,20 +435,42 @@ class Placement:
             span.set_attribute("timeshare.events", len(out))
             if out:
                 await self._append(out)
+                self._maybe_snapshot(len(out))
         for m, reason in dead:
             await self.bus.dead_letter(f"placement-{self.cluster}", m, reason)
         if msgs:
-            await msgs[-1].ack()
+            # each message its own ack (the inbox durable is AckExplicit): a deposed leader that
+            # has not yet noticed it lost the lease acks only what it appended itself, never
+            # what the new leader fetched and had fenced out (an AckAll did: a submission lost)
+            for m in msgs:
+                await m.ack()
         for reply, body in replies:
             body["log_seq"] = self.last_log_seq  # the log holds the pass's decisions up to here
             await self.bus.nc.publish(reply, reply_json(body))
+
+    def _remember(self, e: ev.Event) -> None:
+        """Keep the id of an applied proposed event while its workload lives; forget them all
+        when it ends. ``applied_ids`` skips a proposal seen again after JetStream's dedup window;
+        once the workload has ended the state's rules refuse a repeat anyway (a reused id, a
+        stale report, a cancel of an ended workload: dead-lettered with the reason), so its ids
+        need not be kept for ever. Placement's own decisions are never proposed: not kept."""
+        wid = e.workload.id if isinstance(e, ev.WorkloadSubmitted) else getattr(e, "workload_id", None)
+        if isinstance(e, PROPOSABLE):
+            self.applied_ids.add(e.event_id)
+            if wid is not None:
+                self.ids_of.setdefault(wid, []).append(e.event_id)
+        ended = isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled)) or (
+            isinstance(e, ev.WorkloadPreempted) and not e.resumable)
+        if ended and wid is not None:
+            for i in self.ids_of.pop(wid, ()):
+                self.applied_ids.discard(i)
 
     def _pass(self, now_ms: int) -> list[ev.Event]:
         now_s = now_ms // 1000 if now_ms % 1000 == 0 else now_ms / 1000
         with self.tracer.start_as_current_span("placement.pass") as span:
             decisions = self.policy.schedule(self.state, now_s)
             for e in decisions:
-                self.applied_ids.add(e.event_id)
+                self._remember(e)
                 if isinstance(e, ev.WorkloadPreempted):
                     # the reasons as data, on the trace: why this workload was preempted
                     span.add_event("preempted", {"workload_id": e.workload_id, "reason": e.reason.kind,
@@ -284,7 +485,12 @@ class Placement:
         acks = await self.bus.publish_events(
             out, lambda e: subjects.log_subject(self.cluster, ev.event_type(e)),
             fence_after_seq=self.last_log_seq, fence_filter=subjects.log_filter(self.cluster))
-        self.last_log_seq = acks[-1].seq
+        self.last_log_seq = max(self.last_log_seq, *(a.seq for a in acks))
+        dup = [(e.event_id, a.seq) for e, a in zip(out, acks) if a.duplicate]
+        if dup:
+            # an id already in the log was not appended, yet the state applied it: the state is
+            # no longer the log's; end the term, the next one rebuilds from the log
+            raise RuntimeError(f"{len(dup)} events not appended, their ids are in the log already: {dup[:5]}")
 
     # -- the shell's rules for proposed events -------------------------------------------
     def _accept(self, e: ev.Event) -> list[ev.Event]:

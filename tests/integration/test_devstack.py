@@ -69,3 +69,87 @@ def test_devstack_starts_serves_and_ctrl_c_stops_everything(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _start_devstack(data: str) -> tuple[subprocess.Popen, list[str], str]:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'shared'}:{ROOT}", TIMESHARE_LOG_LEVEL="WARNING")
+    proc = subprocess.Popen([sys.executable, "-m", "services.devstack", "--port", "0", "--data", data, "--rate", "5"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"gateway:\s+(http://\S+)", line)
+        if m:
+            return proc, lines, m.group(1)
+    proc.kill()
+    raise AssertionError("devstack did not come up:\n" + "".join(lines))
+
+
+def _pid_after(lines: list[str], what: str) -> int:
+    for line in lines:
+        m = re.search(rf"{what} ready .*\(pid (\d+)", line)
+        if m:
+            return int(m.group(1))
+    raise AssertionError(f"no '{what} ready (pid N)' line in:\n" + "".join(lines))
+
+
+def _gone(pid: int, timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def test_devstack_killed_takes_its_servers_with_it_and_the_next_start_says_what_it_found():
+    import shutil
+    import tempfile
+
+    from services.devstack.servers import NatsServer, postgres_bin_dir
+
+    if postgres_bin_dir() is None:
+        pytest.fail("PostgreSQL server binaries not found: apt-get install postgresql (initdb, pg_ctl)")
+    data = tempfile.mkdtemp(prefix="timeshare-devstack-")
+    os.chmod(data, 0o755)  # the postgres user enters it
+    stray = None
+    try:
+        proc, lines, url = _start_devstack(data)
+        try:
+            text = "".join(lines)
+            for step in ("starting nats-server", "starting PostgreSQL", "starting placement", "gateway ready"):
+                assert step in text, text  # it says what it is doing while it starts
+            nats_pid, pg_pid = _pid_after(lines, "nats-server"), _pid_after(lines, "PostgreSQL")
+            headers = {"Authorization": "Bearer dev-user"}
+            r = httpx.get(f"{url}/v1/workloads", headers=headers, timeout=5)
+            assert r.status_code == 200
+        finally:
+            proc.kill()  # SIGKILL: no handler runs, no cleanup
+            proc.wait()
+        assert _gone(nats_pid), "nats-server outlived the devstack"
+        assert _gone(pg_pid), "PostgreSQL outlived the devstack"
+        # a nats-server left running on the store (as an older devstack would leave it)
+        stray = NatsServer(os.path.join(data, "nats")).start()
+        proc, lines, url = _start_devstack(data)
+        try:
+            text = "".join(lines)
+            assert "did not stop cleanly" in text, text
+            assert f"nats-server (pid {stray.proc.pid}) was left running" in text, text
+            assert _gone(stray.proc.pid), "the stray nats-server was not stopped"
+            r = httpx.get(f"{url}/v1/workloads", headers={"Authorization": "Bearer dev-user"}, timeout=5)
+            assert r.status_code == 200
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=60)
+            assert proc.returncode == 0 and "nothing left running" in out, out
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert _gone(_pid_after(lines, "nats-server")) and _gone(_pid_after(lines, "PostgreSQL"))
+        assert not os.path.exists(os.path.join(data, "devstack.pid"))
+    finally:
+        if stray is not None:
+            stray.stop()
+        shutil.rmtree(data, ignore_errors=True)

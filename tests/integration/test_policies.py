@@ -6,7 +6,7 @@ import pytest
 
 from timeshare import events as ev
 
-from .helpers import client, log_events, of_type, wait_events
+from .helpers import client, log_events, of_type, wait_events, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +41,12 @@ async def test_under_served_team_preempts_over_served_one_past_min_runtime_and_v
     assert victim.at_ms >= started_victim.protected_until_ms
     assert of_type(events, ev.WorkloadRequeued, victim.workload_id)
     async with client(stack, "tok-alice") as alice:
-        doc = (await alice.get(f"/v1/workloads/{victim.workload_id}")).json()
-        assert doc["state"] == "pending" and doc["last_reason"]["kind"] == "fair_share"
+        async def requeued_in_gateway():  # the gateway's projection follows the log a moment later
+            doc = (await alice.get(f"/v1/workloads/{victim.workload_id}")).json()
+            return doc if doc["state"] == "pending" else None
+
+        doc = await wait_for(requeued_in_gateway, 10, what="the gateway to show the victim pending")
+        assert doc["last_reason"]["kind"] == "fair_share"
         queue = (await alice.get("/v1/queue")).json()
         assert [w["workload_id"] for w in queue["workloads"]] == [victim.workload_id]
         assert queue["workloads"][0]["ordering_key"][0] == "allocated"

@@ -168,9 +168,9 @@ async def test_duplicate_submission_and_redelivered_events_change_nothing(stack)
     await bus.replay(subjects.LOG_STREAM, subjects.log_filter(cluster), msgs.append)
     gw = stack["gateway"]
     before = (await gw.store.get("workload", "w001"), await gw.store.journal("workload", "w001"))
-    await gw.projection.handle(msgs)
-    await stack["ledger"]._on_batch(msgs)
-    await stack["budget"]._on_batch(msgs)
+    await gw.projector.handle(msgs)
+    await stack["ledger"].projector.handle(msgs)
+    await stack["budget"].projector.handle(msgs)
     assert (await gw.store.get("workload", "w001"), await gw.store.journal("workload", "w001")) == before
     ledger_events = await stack["ledger"].store.journal("events", cluster)
     assert len(ledger_events) == len([e for e in await log_events(bus, cluster)
@@ -226,7 +226,8 @@ async def test_a_new_leader_sees_again_what_a_killed_leader_fetched_but_never_ac
         leader = await bus.js.pull_subscribe_bind(durable, subjects.INBOX_STREAM)
         got = await leader.fetch(10, timeout=2)  # well within ack_wait (5 s)
         assert [m.data for m in got] == [b"old-0", b"old-1", b"old-2", b"new"]
-        await got[-1].ack_sync()  # AckAll: the whole batch, confirmed by the server
+        for m in got:  # AckExplicit: each one, confirmed by the server
+            await m.ack_sync()
         info = await bus.js.consumer_info(subjects.INBOX_STREAM, durable)
         assert info.num_ack_pending == 0 and info.num_pending == 0
         await leader.unsubscribe()
