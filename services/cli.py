@@ -1,7 +1,7 @@
 """User and admin commands of the live system, a thin client of the gateway (httpx).
 
     timeshare submit --project tulu/rl --gpus 8 --work 2h30m --min-runtime 1h [--resumable]
-    timeshare status <id> | cancel <id>
+    timeshare status <id> | explain <id> | cancel <id>
     timeshare workloads [--user alice] [--state running]
     timeshare queue [--user alice] [--project tulu] [--gpu-type H100]
     timeshare nodes | nodes repair <node>
@@ -196,6 +196,19 @@ def _cmd_status(args) -> int:
     return _out(args, r, "\n".join(lines))
 
 
+def _cmd_explain(args) -> int:
+    r = _call(args, "GET", _path("/v1/workloads", args.id) + "/explain")
+    lines = [r.get("summary", "")]
+    for level in r.get("levels", []):
+        fill = "-" if level.get("fill") is None else f"{level['fill']:.0%}"
+        ratio = "-" if level.get("ratio") is None else f"{level['ratio']:.2f}"
+        lines.append(f"  {level['subtree']}: runs {level['running_gpus']} of {level['due_gpus']:.1f} GPUs due now "
+                     f"({fill}), usage ratio {ratio}")
+    if r.get("ahead"):
+        lines.append("  ahead of it: " + ", ".join(r["ahead"]))
+    return _out(args, r, "\n".join(lines))
+
+
 def _cmd_cancel(args) -> int:
     r = _call(args, "DELETE", _path("/v1/workloads", args.id))
     return _out(args, r, f"{r['workload_id']}: {r['state']}")
@@ -340,6 +353,7 @@ def add_parsers(sub) -> None:
     p.add_argument("command", nargs="*", help="command for the process executor (after --)")
     p.set_defaults(func=_cmd_submit)
     for name, fn, helptext in (("status", _cmd_status, "a workload's state and history"),
+                               ("explain", _cmd_explain, "why a workload waits, runs or was preempted"),
                                ("cancel", _cmd_cancel, "cancel a workload")):
         p = common(sub.add_parser(name, help=helptext))
         p.add_argument("id", type=_name)

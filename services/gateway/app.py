@@ -237,6 +237,23 @@ def create_app(gw) -> FastAPI:
         doc["history"] = await gw.store.journal("workload", workload_id)
         return doc
 
+    @app.get(f"/{API_VERSION}/workloads/{{workload_id}}/explain", tags=["workloads"])
+    async def explain_workload(workload_id: str, who: Auth) -> dict:
+        """Why it waits, runs or was preempted, in plain language with the numbers: its position in
+        the order the scheduler takes work, its team's ordering key at every level of the tree,
+        what it waits for (the protection that ends first), and its latest preemption's reason."""
+        doc = await gw.store.get("workload", workload_id)
+        if doc is None:
+            raise HTTPException(404, f"unknown workload {workload_id!r}")
+        out = await ask(subjects.query_subject(cluster, "explain"), {"id": workload_id})
+        explanation = out.get("explanation", {}) if isinstance(out, dict) else {}
+        if doc.get("last_reason"):
+            explanation["last_preemption"] = doc["last_reason"]
+            message = doc["last_reason"].get("message")
+            if message:
+                explanation["summary"] = f"{explanation.get('summary', '')} Last stopped: {message}".strip()
+        return explanation
+
     @app.get(f"/{API_VERSION}/workloads", tags=["workloads"])
     async def list_workloads(who: Auth, state: str | None = None, user: str | None = None,
                              limit: Annotated[int, Query(le=10000)] = 200) -> dict:

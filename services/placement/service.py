@@ -30,6 +30,7 @@ from nats.js.errors import KeyWrongLastSequenceError
 
 from timeshare import events as ev
 from timeshare.cluster import NODE_HEALTHY, PlacementError
+from timeshare.explain import explain
 from timeshare.scheduler import BudgetPolicy
 from timeshare.state import ENDED, RUNNING, SchedulerState
 from timeshare.tree import AllocationTree, TreeError
@@ -110,7 +111,7 @@ class Placement:
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name=f"placement-{self.instance}")
         await self.bus.ensure_infra()
-        for q in ("queue", "tree", "nodes", "workload", "digest"):
+        for q in ("queue", "tree", "nodes", "workload", "explain", "digest"):
             self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, q),
                                                          cb=self._on_query))
         self.subs.append(await healthz.serve(self.bus, self.cluster, "placement", self.health_report))
@@ -575,6 +576,11 @@ class Placement:
                 body = view.nodes_view(self.state)
             elif kind == "workload":
                 body = {"workload": view.workload_view(self.state, args["id"])}
+            elif kind == "explain":
+                if args["id"] not in self.state.workloads:
+                    body = {"error": f"unknown workload {args['id']!r}", "status": 404}
+                else:
+                    body = {"explanation": explain(self.state, args["id"], now_s)}
             else:
                 body = {"digest": view.digest(self.state), "last_log_seq": self.last_log_seq,
                         "instance": self.instance, "stats": self.stats}

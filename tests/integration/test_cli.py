@@ -35,6 +35,9 @@ async def test_cli_submit_status_queue_budget_and_errors(stack):
             break
         await asyncio.sleep(0.1)
     assert "running" in r.stdout and "workload.started" in r.stdout
+    r = await timeshare(stack, "tok-alice", "explain", wid)  # placement's explanation, through the gateway
+    assert r.returncode == 0, r.stderr
+    assert "Running on allocated time, protected for" in r.stdout and "alpha/train: runs 4 of" in r.stdout
     r = await timeshare(stack, "tok-alice", "budget", "set", "beta/debug=3", "--reason", "not mine")
     assert r.returncode == 1 and "403" in r.stderr and "alice manages alpha" in r.stderr
     r = await timeshare(stack, "tok-admin", "budget", "set", "beta=2", "--reason", "grow beta")
