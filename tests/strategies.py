@@ -39,7 +39,9 @@ def scenarios(draw, max_workloads: int = 30):
     builder = ScenarioBuilder(duration=draw(st.integers(6 * HOUR, 2 * 86400)), seed=0)
     builder.policy(lookback_window_s=draw(st.sampled_from(["1d", "7d"])), max_min_runtime_s="2h",
                    resubmit_delay_s=draw(st.sampled_from([0, 600])),
-                   unallocated_preemption=draw(st.sampled_from(["any", "fair"])))
+                   unallocated_preemption=draw(st.sampled_from(["any", "fair"])),
+                   # small pools: large parts, so that the headroom is a GPU or more
+                   unallocated_headroom=draw(st.sampled_from([0.0, 0.0, 0.1, 0.3])))
     pools = []
     for gpu_type in ["H100", "A100"][: draw(st.integers(1, 2))]:
         nodes, gpn = draw(st.integers(2, 5)), draw(st.sampled_from([2, 4, 8]))

@@ -29,6 +29,15 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: hysteresis at every level): teams that reach their share through unallocated work keep
     #: it, and funded work beyond a team's share waits longer (README "Measured results")
     unallocated_preemption: str = "any"
+    #: the part of each pool that unallocated work leaves free (0.01 = 1% of its GPUs, rounded
+    #: down): funded work that arrives starts there without preempting anyone. Unallocated work
+    #: does not start where it would bring the pool's free GPUs below it (it may still take
+    #: another subtree's unallocated work); GPUs freed by ends refill it. The cost is idle GPUs
+    #: (at most this part of the pool); the gain, fewer restarts of unallocated work, each of
+    #: which loses the progress since its last checkpoint. The default, 2%, is the idle part of
+    #: a cluster run at the 98% occupancy the Ai2 trial reported before and after
+    #: (docs/2026-12-01-headroom.md measures 0 to 2% on the built-in month)
+    unallocated_headroom: float = 0.02
     #: how strongly the window's memory moves the share due now: due = share x (1 + catch_up x
     #: (1 - usage ratio)); 0 orders by the instantaneous share alone
     catch_up: float = 1.0
@@ -49,6 +58,8 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         if self.unallocated_preemption not in UNALLOCATED_PREEMPTION:
             raise ValueError(f"unallocated_preemption must be one of {', '.join(UNALLOCATED_PREEMPTION)}, "
                              f"got {self.unallocated_preemption!r}")
+        if not 0 <= self.unallocated_headroom < 1:
+            raise ValueError("unallocated_headroom must be at least 0 and below 1 (a part of each pool)")
         if self.catch_up < 0:
             raise ValueError("catch_up must not be negative")
         return self

@@ -116,9 +116,13 @@ def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemp
                      f"it is due now (usage ratio over {window}: "
                      f"{'none' if leaf_level['ratio'] is None else format(leaf_level['ratio'], '.2f')}).")
         if phase == "unallocated":
+            pool = state.cluster.pool(w.gpu_type)
+            headroom_gpus = int(state.config.unallocated_headroom * pool.total_gpus)
             lines.append("It asks for unallocated time (minimum runtime 0 or no budget): it starts on free GPUs "
                          "or on unallocated work of teams that run more of their share, and may be preempted "
-                         "by any allocated request.")
+                         "by any allocated request."
+                         + (f" Unallocated work leaves {headroom_gpus} {w.gpu_type} GPUs free for funded work "
+                            f"to start on (the headroom; {pool.free_gpus} are free now)." if headroom_gpus else ""))
         elif within:
             lines.append("It is within its team's due share: it may preempt unallocated work and allocated work "
                          "past its minimum runtime of teams above their due share.")

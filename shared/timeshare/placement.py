@@ -40,8 +40,12 @@ def find_victims(
     caps: Callable[[Workload], tuple[str, int] | None] | None = None,
     by_fit: bool = False,
     capped: list[bool] | None = None,
+    free_limit: int = -1,
 ) -> tuple[list[Node], list[Workload]] | None:
     """Nodes for the request and the workloads to preempt first, or None when nothing works.
+
+    ``free_limit`` (-1: none) is the most free GPUs of a node a single-node request may use (an
+    unallocated request that the headroom keeps off the pool's last free GPUs).
 
     ``only`` (by index) restricts a single-node search to these nodes (the caller knows the others
     cannot serve the request); nodes in ``exclude`` are never used (a gang's reservation).
@@ -64,6 +68,8 @@ def find_victims(
         candidates_nodes = pool.open_among(only, gpus, exclude)
     for node in candidates_nodes:
         free = node.free
+        if 0 <= free_limit < free:
+            free = free_limit
         if free >= gpus:
             return [node], []
         # costs only for nodes where enough could be freed: most nodes of a search fail

@@ -168,7 +168,7 @@ class _Pass:
     """One pass over one pool: what every phase reads, and the rules' helpers bound to it."""
 
     __slots__ = ("state", "pool", "now_s", "cached", "queues", "view", "out", "statement", "fair", "hysteresis",
-                 "reservation", "active")
+                 "reservation", "active", "headroom_gpus")
 
     def __init__(self, state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool,
                  queues: dict[tuple[str, str, str], LeafQueue]):
@@ -186,6 +186,8 @@ class _Pass:
         self.reservation: Reservation | None = None
         #: per tree node (by index): how many of the leaves beneath still have requests to look at
         self.active: list[int] = [0] * len(state.tree.node_paths)
+        #: GPUs of the pool that unallocated work leaves free (rule "headroom", config.py)
+        self.headroom_gpus = int(config.unallocated_headroom * pool.total_gpus)
 
     def victims_for(self, leaf: str, gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int, int]]:
         return _victims_for(self.view, self.state.tree, self.hysteresis, self.fair, leaf, gpus, min_runtime_s)
@@ -390,6 +392,7 @@ def _phase4_everything_else(p: _Pass) -> None:
     walkers: dict[str, Iterator[tuple[Key, int]]] = {}
     failed: dict[tuple[str, str], _Failed] = {}  # per leaf and queue class
     unallocated_gpus = state.unallocated_gpus
+    headroom = p.headroom_gpus
     for leaf in tree.leaves:
         qs: list[LeafQueue] = []
         limits: list[Limit] = []
@@ -401,18 +404,24 @@ def _phase4_everything_else(p: _Pass) -> None:
             # class keeps its own smallest failed size
             cell = failed[(leaf, cls)] = _Failed()
 
-            def limit4(cell: _Failed = cell) -> int:
-                # max(fit, min(size - 1, open, free + unallocated)) + 1, in native ints
+            def limit4(cell: _Failed = cell, kept: int = headroom if cls == "u" else 0) -> int:
+                # max(fit, min(size - 1, open, spare + unallocated)) + 1, in native ints, where
+                # spare is the free GPUs beyond the headroom (unallocated requests) or all
                 if not cached:
                     return _NO_FAILURE
                 cap = cell.size - 1
                 open_gpus = pool.open_limit()
                 if open_gpus < cap:
                     cap = open_gpus
-                reachable = pool.free_gpus + unallocated_gpus[gpu_type]
+                spare = pool.free_gpus - kept
+                if spare < 0:
+                    spare = 0
+                reachable = spare + unallocated_gpus[gpu_type]
                 if reachable < cap:
                     cap = reachable
                 fit = pool.fit_limit()
+                if spare < fit:
+                    fit = spare
                 return (fit if fit > cap else cap) + 1
 
             qs.append(q)
@@ -439,7 +448,9 @@ def _phase4_everything_else(p: _Pass) -> None:
             continue
         allocated = w.min_runtime_s > 0 and tree.nodes[leaf].fraction > 0
         exclude = p.excluded_for(w) if allocated else frozenset()
-        nodes = pool.find_free(gpus, exclude)
+        # rule "headroom": unallocated work leaves the pool's headroom free (config.py)
+        spare = pool.free_gpus - (0 if allocated else headroom)
+        nodes = pool.find_free(gpus, exclude) if gpus <= spare else None
         if nodes is not None:
             statement.start(w, nodes)
             leaf = None
@@ -452,7 +463,9 @@ def _phase4_everything_else(p: _Pass) -> None:
         # run more than it would with the request (unallocated request)
         total = view.total_fill
         richer: dict[str, tuple[str, str]] = {}
-        reachable = pool.free_gpus
+        # an unallocated request may use free GPUs only beyond the headroom
+        free_limit = -1 if allocated or gpus <= spare else max(spare, 0)
+        reachable = pool.free_gpus if free_limit < 0 else free_limit
         take_any = allocated and (any_unallocated or all(
             # "fair": an allocated request that keeps every subtree above it within its due
             # share plus the hysteresis, in all it runs, still takes any unallocated work
@@ -475,10 +488,12 @@ def _phase4_everything_else(p: _Pass) -> None:
                             reachable += view.unallocated_running_at(other_i)
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
                                  unallocated_from=richer, unallocated_mask=mask,
-                                 memo_space="beyond" if allocated else "free", cached=cached)
+                                 memo_space="beyond" if allocated else "free", cached=cached, free_limit=free_limit)
                 if reachable >= gpus or not cached else None)
         if plan is not None and not take_any and not _stays_richer(plan[1], richer, w, total, config):
             plan = None
+        if plan is not None and not allocated and sum(v.gpus for v in plan[1]) < gpus - max(spare, 0):
+            plan = None  # it would take free GPUs of the headroom
         if plan is None:
             failed[failed_key].size = gpus
             continue
@@ -632,7 +647,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                      victims_of: dict[str, tuple[str, str, int, int, int]], now_s: Seconds, exclude: frozenset[int],
                      reservation: Reservation | None, unallocated_from: dict[str, tuple[str, str]] | None = None,
                      unallocated_mask: int = 0, memo_space: str = "in", cached: bool = True,
-                     capped: list[bool] | None = None,
+                     capped: list[bool] | None = None, free_limit: int = -1,
                      ) -> tuple[list[Node], list[Workload], dict[str, tuple[str, str, int, int, int]]] | None:
     """Victims that make room for ``w``, or None. Remembers failures per leaf: with the same
     victims allowed (and the same reservation kept out), a failed search is redone only on
@@ -641,7 +656,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     ``unallocated_from`` (None: any) holds the leaves whose unallocated work may go, and
     ``unallocated_mask`` the same leaves as a bit per tree node index: what the memo compares
     (phase 4 retries failed requests a million times a month; sorting names each time cost
-    more than the rest of a retry)."""
+    more than the rest of a retry). ``free_limit`` (-1: none): the most free GPUs of a node the
+    request may use (the headroom, for an unallocated request; part of the memo's key)."""
     gpu_type = pool.gpu_type
     gpn = pool.gpus_per_node
     gpus = w.gpus
@@ -649,12 +665,12 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     if capped is None:
         capped = []  # gets True when a victim's subtree cap turned a node down (see find_victims)
     eligible_key = (tuple(victims_of.items()), (reservation.workload_id, reservation.nodes) if reservation else None,
-                    unallocated_mask if unallocated_from is not None else None)
+                    unallocated_mask if unallocated_from is not None else None, free_limit)
 
     if not cached:
         rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
         plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude, caps=rules.cap,
-                            by_fit=True)
+                            by_fit=True, free_limit=free_limit)
     elif gpus > gpn:
         rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
@@ -689,22 +705,23 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
             changed = pool.open_changed_since(failed_seq, gpus, exclude)
             if changed and not victims_of:
                 # only unallocated work may go: a node short even with all of it freed is out
-                changed = [n for n in changed if n.free + n.unallocated >= gpus]
+                changed = [n for n in changed if _usable_free(n, free_limit) + n.unallocated >= gpus]
             if changed:
                 rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
-                                    caps=rules.cap, by_fit=True, capped=capped, only=changed, exclude=exclude)
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
+                                    capped=capped, only=changed, exclude=exclude, free_limit=free_limit)
             else:
                 plan = None
         else:
             rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
             if victims_of:
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
-                                    caps=rules.cap, by_fit=True, capped=capped, exclude=exclude)
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
+                                    capped=capped, exclude=exclude, free_limit=free_limit)
             else:  # as above, over every open node
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
-                                    caps=rules.cap, by_fit=True, capped=capped, exclude=exclude,
-                                    only=[n for n in pool.open_nodes(gpus, exclude) if n.free + n.unallocated >= gpus])
+                                    caps=rules.cap, by_fit=True, capped=capped, exclude=exclude, free_limit=free_limit,
+                                    only=[n for n in pool.open_nodes(gpus, exclude)
+                                          if _usable_free(n, free_limit) + n.unallocated >= gpus])
         if plan is None and not capped:
             if not narrowed or gpus == memo.size:
                 memo.seq, memo.key, memo.size = pool.change_seq, eligible_key, gpus
@@ -712,6 +729,11 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     if plan is None:
         return None
     return plan[0], plan[1], victims_of
+
+
+def _usable_free(node: Node, free_limit: int) -> int:
+    """The free GPUs of ``node`` a request may use (``free_limit`` -1: all)."""
+    return node.free if free_limit < 0 or node.free <= free_limit else free_limit
 
 
 def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str, int, int, int]], view: FairShareView,

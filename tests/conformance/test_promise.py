@@ -221,6 +221,30 @@ def test_unallocated_work_yields_at_once():
     assert [(e.reason.kind, e.reason.by_workload_id) for e in preemptions(run)] == [("unallocated", "funded")] * 2
 
 
+@pytest.mark.parametrize("headroom", [0.0, 0.1])
+def test_funded_work_starts_on_the_headroom_unallocated_work_leaves(headroom):
+    # 10 nodes of 8: b floods the pool with 4-GPU unallocated work; with a headroom of 10% (8
+    # GPUs) the last node stays free, and a's 8-GPU debug job starts there without preempting
+    builder = ScenarioBuilder(duration=4 * HOUR).pool("H100", 10, 8).teams(a=1, b=1) \
+        .policy(unallocated_headroom=headroom)
+    for i in range(30):
+        builder.workload(f"eval{i}", "b", gpus=4, work="20h", min_runtime=0, resumable=True, checkpoint="15m")
+    builder.workload("dbg", "a", gpus=8, work="10m", min_runtime="10m", submit="1h", kind="debug")
+    run = checked(builder.build())
+    assert first_start_s(run, "dbg") == HOUR
+    running_evals = {e.workload_id for e in run.events if isinstance(e, ev.WorkloadStarted)
+                     and e.workload_id.startswith("eval") and e.at_ms == 0}
+    if headroom:
+        assert len(running_evals) == 18  # 72 of 80 GPUs: 8 stay free
+        assert preemptions(run) == []
+        # the debug job's GPUs, freed when it ends, go back to the headroom, not to the queue
+        assert not [e for e in run.events if isinstance(e, ev.WorkloadStarted) and e.at_ms > 0
+                    and e.workload_id.startswith("eval")]
+    else:
+        assert len(running_evals) == 20
+        assert [(e.reason.kind, e.reason.by_workload_id) for e in preemptions(run)] == [("unallocated", "dbg")] * 2
+
+
 def test_protected_work_drains_at_its_minimum_runtime_without_a_human():
     builder = (ScenarioBuilder(duration=6 * HOUR).pool("H100", 2, 8).teams(a=1)
                .node_event("30m", "H100-000", "unhealthy", repair="2h"))

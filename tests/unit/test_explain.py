@@ -45,3 +45,14 @@ def test_a_running_workload_says_whether_it_is_protected_and_for_how_long():
     assert about["state"] == "running" and about["allocated"] is True
     assert "protected for 6h" in about["summary"]
     assert "past its minimum runtime" in explain(h.state, "a-short", 2 * HOUR)["summary"]
+
+
+def test_unallocated_work_waiting_on_the_headroom_says_so():
+    # 10 nodes of 8, headroom 10%: 18 evals of 4 GPUs run, 8 GPUs stay free, the next eval waits
+    h = ScenarioBuilder().pool(nodes=10, gpus_per_node=8).teams(a=1, b=1).policy(unallocated_headroom=0.1).harness()
+    h.submit(*[spec(f"eval{i}", "b", gpus=4, min_runtime=0, work="20h") for i in range(19)])
+    h.schedule(0)
+    [waiting] = [w.id for w in h.state.workloads.values() if w.state == "pending"]
+    about = explain(h.state, waiting, 60)
+    assert about["state"] == "pending" and about["phase"] == "unallocated"
+    assert "leaves 8 H100 GPUs free for funded work to start on (the headroom; 8 are free now)" in about["summary"]

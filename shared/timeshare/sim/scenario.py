@@ -52,6 +52,7 @@ class Scenario:
         return Cluster(self.pools)
 
 
+_POLICY_NUMBERS = ("preemption_hysteresis", "unallocated_hysteresis", "unallocated_headroom", "catch_up")
 _POLICY_DURATIONS = {"lookback_window": "lookback_window_s", "max_min_runtime": "max_min_runtime_s",
                      "resubmit_delay": "resubmit_delay_s", "drain_human_after": "drain_human_after_s"}
 
@@ -132,7 +133,7 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
     for key, value in policy_table.items():
         if key in _POLICY_DURATIONS:
             kwargs[_POLICY_DURATIONS[key]] = reader.duration(policy_table, key, "policy.")
-        elif key in ("preemption_hysteresis", "unallocated_hysteresis", "catch_up"):
+        elif key in _POLICY_NUMBERS:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise reader.error(f"policy.{key}", f"must be a non-negative number, got {value!r}")
             kwargs[key] = float(value)
@@ -142,7 +143,7 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
             kwargs[key] = value
         else:
             raise reader.error(f"policy.{key}", "unknown policy setting "
-                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, 'preemption_hysteresis', 'unallocated_hysteresis', 'catch_up', 'unallocated_preemption']))})")
+                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, *_POLICY_NUMBERS, 'unallocated_preemption']))})")
     try:
         policy = PolicyConfig(**kwargs).validate()
     except ValueError as exc:
