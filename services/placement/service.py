@@ -30,6 +30,7 @@ from nats.js.errors import KeyWrongLastSequenceError
 
 from timeshare import events as ev
 from timeshare.cluster import NODE_HEALTHY, PlacementError
+from timeshare.drains import drain_needs_human
 from timeshare.explain import explain
 from timeshare.scheduler import BudgetPolicy
 from timeshare.state import ENDED, RUNNING, SchedulerState
@@ -531,10 +532,9 @@ class Placement:
                 node = self._node(e.node)
                 if node.state != NODE_HEALTHY:
                     raise Rejected(f"node {e.node} is already {node.state}")
-                cap_s = state.config.drain_human_after_s or state.config.max_min_runtime_s
-                blocked_s = max((self.policy.drain_blocked_until_s(state.workloads[w], now_s) - now_s
-                                 for w in node.workload_ids()), default=0)
-                return [msgspec.structs.replace(e, needs_human=e.needs_human or blocked_s > cap_s)]
+                # the core's rule, as the simulator applies it (timeshare.drains)
+                needs_human = drain_needs_human(state, node, now_s, self.policy.drain_blocked_until_s)
+                return [msgspec.structs.replace(e, needs_human=e.needs_human or needs_human)]
             case ev.NodeFailed():
                 node = self._node(e.node)
                 if node.state in ("down",):
