@@ -35,6 +35,7 @@ from timeshare.explain import explain
 from timeshare.scheduler import BudgetPolicy
 from timeshare.state import ENDED, RUNNING, SchedulerState
 from timeshare.tree import AllocationTree, TreeError
+from timeshare.units import ms_to_s
 from timeshare.workload import ContractError
 
 from ..common import healthz, subjects
@@ -468,7 +469,7 @@ class Placement:
                 self.applied_ids.discard(i)
 
     def _pass(self, now_ms: int) -> list[ev.Event]:
-        now_s = now_ms // 1000 if now_ms % 1000 == 0 else now_ms / 1000
+        now_s = ms_to_s(now_ms)
         with self.tracer.start_as_current_span("placement.pass") as span:
             decisions = self.policy.schedule(self.state, now_s)
             for e in decisions:

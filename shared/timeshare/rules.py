@@ -28,8 +28,12 @@ them changes when GPUs move from b to a, so that level is the one compared.
   least progress lost (GPU-seconds: an 8-GPU gang loses eight times a 1-GPU workload's per
   second); then the fewest GPUs freed beyond the request (on any node); then the subtree
   running most for its due share; then id.
-* **Contract**: protected work (allocated, within its minimum runtime) is never a victim of
-  fair share; unallocated work always may be (state.py, ``Workload.is_protected``).
+* **Contract**: work runs on allocated time when it declares a minimum runtime on a leaf with a
+  budget (:func:`runs_allocated`); protected work (allocated, within its minimum runtime) is
+  never a victim of fair share; unallocated work always may be (state.py,
+  ``Workload.is_protected``).
+* **Headroom** (phase 4 in scheduler.py, ``PolicyConfig.unallocated_headroom``): unallocated
+  work does not start where it would bring a pool's free GPUs below the headroom.
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ NONE: int = -1
 RULE_DUE_SHARE = "due_share"
 RULE_CREDIT = "window_credit"
 RULE_UNALLOCATED = "unallocated"
+
+
+def runs_allocated(min_runtime_s: int, fraction: float) -> bool:
+    """Rule "allocated": a workload runs on allocated time (charged to its budget, protected
+    for its minimum runtime) when it declares a minimum runtime and its leaf has a budget (a
+    fraction above 0); otherwise on unallocated time (charged to no one, never protected)."""
+    return min_runtime_s > 0 and fraction > 0
 
 
 def room_by_depth(view: FairShareView, tree: AllocationTree, leaf: str, fair: bool) -> list[float]:

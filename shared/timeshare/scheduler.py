@@ -39,7 +39,7 @@ from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .reservation import Reservation, plan_reservation
 from .rules import (NONE, RULE_CREDIT, RULE_DUE_SHARE, RULE_UNALLOCATED, credit_allows, credit_victim_cap_gpus,
-                    room_by_depth, victim_cap_gpus, victim_cost)
+                    room_by_depth, runs_allocated, victim_cap_gpus, victim_cost)
 from .state import PENDING, SchedulerState, Workload
 from .tree import AllocationTree
 from .units import Seconds
@@ -446,7 +446,7 @@ def _phase4_everything_else(p: _Pass) -> None:
         w = workloads[key[2]]
         if w.state != PENDING:
             continue
-        allocated = w.min_runtime_s > 0 and tree.nodes[leaf].fraction > 0
+        allocated = runs_allocated(w.min_runtime_s, tree.nodes[leaf].fraction)
         exclude = p.excluded_for(w) if allocated else frozenset()
         # rule "headroom": unallocated work leaves the pool's headroom free (config.py)
         spare = pool.free_gpus - (0 if allocated else headroom)

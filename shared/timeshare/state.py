@@ -19,7 +19,8 @@ from .config import PolicyConfig
 from .fairshare import workload_sort_key
 from .queue import LeafQueue
 from .tree import AllocationTree
-from .units import Seconds
+from .rules import runs_allocated
+from .units import Seconds, ms_to_s, s_to_ms
 from .window import UsageLedger
 from .workload import PRIORITY_RANK, WorkloadSpec, check_contract
 
@@ -126,7 +127,7 @@ class SchedulerState:
 
     @staticmethod
     def ms(now_s: Seconds) -> int:
-        return int(round(now_s * 1000))
+        return s_to_ms(now_s)
 
     # -- queries --------------------------------------------------------------------------
     def queue(self, gpu_type: str, leaf: str, cls: str) -> LeafQueue:
@@ -180,7 +181,7 @@ class SchedulerState:
         if not contract:  # baseline: "allocated" means opted out of preemption, no timer
             allocated, until = non_preemptible, None
         else:
-            allocated = w.spec.min_runtime_s > 0 and self.tree.nodes[w.leaf].fraction > 0
+            allocated = runs_allocated(w.spec.min_runtime_s, self.tree.nodes[w.leaf].fraction)
             until = now_s + w.spec.min_runtime_s if allocated else None
         return ev.WorkloadStarted(
             event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, workload_id=w.id,
@@ -247,7 +248,7 @@ class SchedulerState:
     def apply(self, e: ev.Event) -> None:
         """Change the state by one event. Events must arrive in order."""
         self.last_event_ms = e.at_ms
-        now_s: Seconds = e.at_ms / 1000 if e.at_ms % 1000 else e.at_ms // 1000
+        now_s: Seconds = ms_to_s(e.at_ms)
         match e:
             case ev.WorkloadSubmitted():
                 spec = e.workload

@@ -13,3 +13,14 @@ from typing import Union
 
 #: a time or a duration in seconds, int or float as it came (see the module doc)
 Seconds = Union[int, float]
+
+
+def ms_to_s(ms: int) -> Seconds:
+    """Event time (integer milliseconds) to seconds: whole seconds stay ``int`` (see above), so
+    the simulator and the live services, which both read event times, decide alike."""
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+
+def s_to_ms(s: Seconds) -> int:
+    """Seconds to the integer milliseconds events carry."""
+    return int(round(s * 1000))

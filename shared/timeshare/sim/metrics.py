@@ -23,6 +23,7 @@ from collections import defaultdict
 from typing import Any, Callable
 
 from .. import events as ev
+from ..rules import runs_allocated
 from ..tree import AllocationTree
 from ..units import Seconds
 from ..workload import WorkloadSpec
@@ -123,7 +124,7 @@ class MetricsCollector:
         self.out_of_service: set[str] = set()
         self.node_gpus: dict[str, int] = {}
         #: whether each tree node has a budget (fraction > 0), read per event by _funded
-        self._budgeted = {path: node.fraction > 0 for path, node in tree.nodes.items()}
+        self._fraction = {path: node.fraction for path, node in tree.nodes.items()}
         self._handlers: dict[type, Callable[[Any, float], None]] = {
             ev.WorkloadSubmitted: self._submitted, ev.WorkloadStarted: self._started,
             ev.WorkloadPreempted: self._preempted, ev.WorkloadRequeued: self._requeued,
@@ -157,7 +158,7 @@ class MetricsCollector:
             self.demand_funded.change((spec.project, spec.gpu_type), t, -spec.gpus)
 
     def _funded(self, spec: WorkloadSpec) -> bool:
-        return spec.min_runtime_s > 0 and self._budgeted[spec.project]
+        return runs_allocated(spec.min_runtime_s, self._fraction[spec.project])
 
     def observe(self, e: ev.Event) -> None:
         self.events += 1
