@@ -21,12 +21,12 @@ from timeshare.tree import AllocationTree
 from timeshare.window import UsageLedger
 
 from ..common import healthz, subjects
-from ..common.bus import Bus, reply_json
+from ..common.bus import Bus
 from ..common.cluster_config import ClusterConfig
 from ..common.projector import Projector
 from ..common.settings import Settings
 from ..common.store import Changes, make_store
-from ..common.supervise import describe, is_transient, spawn
+from ..common.supervise import spawn
 from .report import attainment_report
 
 log = logging.getLogger("timeshare.ledger")
@@ -51,7 +51,7 @@ class Ledger:
         self._reset()
         self.stop_event = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        self.subs = []
+        self.broker = None
         self.dirty = False
         self.projector: Projector | None = None
 
@@ -61,7 +61,9 @@ class Ledger:
         self.running: dict[str, tuple[str, str, bool, int]] = {}
         self.last_ms = 0
 
-    async def start(self) -> "Ledger":
+    async def start(self, broker=None) -> "Ledger":
+        """``broker``: the faststream broker with this service's handlers (``main.py`` builds it);
+        without one, the handlers of ``handlers.py`` on a broker of its own."""
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name="ledger")
         await self.bus.ensure_infra()
@@ -70,11 +72,8 @@ class Ledger:
         self.projector = await Projector(self, self.bus, self.store, self.stop_event,
                                          stuck_after_s=self.settings.stuck_after_s).start()
         self.tasks.append(spawn("ledger usage snapshots", self._snapshots, self.stop_event))
-        self.subs.append(await healthz.serve(self.bus, self.cluster, "ledger", self.health_report))
-        self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "ledger.report"),
-                                                     cb=self._on_report))
-        self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "ledger.usage"),
-                                                     cb=self._on_usage))
+        self.broker = broker or default_broker(self)
+        await self.broker.start()
         return self
 
     async def health_report(self) -> dict:
@@ -84,8 +83,8 @@ class Ledger:
         self.stop_event.set()
         if self.projector is not None:
             await self.projector.close()
-        for s in self.subs:
-            await s.unsubscribe()
+        if self.broker is not None:
+            await self.broker.stop()
         for t in self.tasks:
             t.cancel()
             try:
@@ -182,14 +181,9 @@ class Ledger:
         nodes = {n.name: (p.gpu_type, n.gpus) for p in self.cluster_model.pools.values() for n in p.nodes}
         return attainment_report(events, self.tree, pools, nodes, self.config.policy.max_min_runtime_s, from_s, to)
 
-    async def _on_report(self, msg) -> None:
-        try:
-            args = msgspec.json.decode(msg.data) if msg.data else {}
-            body = await self.report(args.get("from_s"), args.get("to_s"))
-        except Exception as exc:
-            # a store away is the service's problem (503, try again), anything else the request's
-            body = {"error": f"report failed: {describe(exc)}", "status": 503 if is_transient(exc) else 400}
-        await msg.respond(reply_json(body))
 
-    async def _on_usage(self, msg) -> None:
-        await msg.respond(reply_json(self.usage_snapshot()))
+def default_broker(service: Ledger):
+    from ..common.broker import make_broker
+    from .handlers import router
+
+    return make_broker(service.settings, "ledger", router(service, service.cluster))

@@ -30,20 +30,18 @@ from nats.js.errors import KeyWrongLastSequenceError
 
 from timeshare import events as ev
 from timeshare.cluster import NODE_HEALTHY, PlacementError
-from timeshare.explain import explain
 from timeshare.scheduler import BudgetPolicy
 from timeshare.state import ENDED, RUNNING, SchedulerState
 from timeshare.tree import AllocationTree, TreeError
 from timeshare.workload import ContractError
 
-from ..common import healthz, subjects
+from ..common import subjects
 from ..common.bus import Bus, FenceError, decode_event, reply_json
 from ..common.cluster_config import ClusterConfig
 from ..common.ids import attempt_of
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient
 from ..common.telemetry import setup_telemetry
-from . import view
 
 log = logging.getLogger("timeshare.placement")
 
@@ -91,7 +89,7 @@ class Placement:
         self.leader = asyncio.Event()
         self.stop_event = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        self.subs = []
+        self.broker = None
         self.lease_rev: int | None = None
         self.last_pass_wall = 0.0
         self.terms = 0
@@ -107,14 +105,14 @@ class Placement:
         self.stats = {"passes": 0, "inputs": 0, "decisions": 0, "rejected": 0, "duplicates": 0}
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def start(self, wait_leader: bool = True) -> "Placement":
+    async def start(self, wait_leader: bool = True, broker=None) -> "Placement":
+        """``broker``: the faststream broker with the query handlers (``main.py`` builds it);
+        without one, the handlers of ``handlers.py`` on a broker of its own."""
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name=f"placement-{self.instance}")
         await self.bus.ensure_infra()
-        for q in ("queue", "tree", "nodes", "workload", "explain", "digest"):
-            self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, q),
-                                                         cb=self._on_query))
-        self.subs.append(await healthz.serve(self.bus, self.cluster, "placement", self.health_report))
+        self.broker = broker or default_broker(self)
+        await self.broker.start()  # only the leader answers (handlers.py)
         self.tasks.append(asyncio.create_task(self._run(), name="placement"))
         if wait_leader:
             await self.leader.wait()
@@ -142,9 +140,9 @@ class Placement:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
-        for s in self.subs:
+        if self.broker is not None:
             try:
-                await s.unsubscribe()
+                await self.broker.stop()
             except Exception:
                 pass
         if release_lease and self.lease_rev is not None:
@@ -560,30 +558,9 @@ class Placement:
         except PlacementError as exc:
             raise Rejected(str(exc)) from None
 
-    # -- queries ----------------------------------------------------------------------------
-    async def _on_query(self, msg) -> None:
-        if not self.leader.is_set() or self.state is None:
-            return  # the leader answers; a standby stays silent
-        kind = msg.subject.rsplit(".", 1)[-1]
-        try:
-            args = msgspec.json.decode(msg.data) if msg.data else {}
-            now_s = self._now_ms() / 1000
-            if kind == "queue":
-                body = view.queue_view(self.state, now_s, args.get("gpu_type"), int(args.get("limit", 1000)))
-            elif kind == "tree":
-                body = view.tree_view(self.state, now_s)
-            elif kind == "nodes":
-                body = view.nodes_view(self.state)
-            elif kind == "workload":
-                body = {"workload": view.workload_view(self.state, args["id"])}
-            elif kind == "explain":
-                if args["id"] not in self.state.workloads:
-                    body = {"error": f"unknown workload {args['id']!r}", "status": 404}
-                else:
-                    body = {"explanation": explain(self.state, args["id"], now_s)}
-            else:
-                body = {"digest": view.digest(self.state), "last_log_seq": self.last_log_seq,
-                        "instance": self.instance, "stats": self.stats}
-        except Exception as exc:  # a bad query must not hurt the scheduler
-            body = {"error": str(exc)}
-        await msg.respond(reply_json(body))
+
+def default_broker(service: Placement):
+    from ..common.broker import make_broker
+    from .handlers import router
+
+    return make_broker(service.settings, f"placement-{service.instance}", router(service, service.cluster))
