@@ -54,6 +54,9 @@ class Settings:
     #: placement snapshots its state every this many appended events (0 = never); a new
     #: leader loads the snapshot and replays only the log after it
     snapshot_every: int = 10000
+    #: a service run on its own (python -m services.<name>) also serves GET /healthz over HTTP
+    #: on this port of http_host (0 = off; the gateway's own /healthz is on its HTTP port)
+    health_port: int = 0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":

@@ -6,6 +6,7 @@ request/reply handlers (``handlers.py``) are wired here and nowhere else.
 
 from __future__ import annotations
 
+from ..common import http_health
 from ..common.broker import make_broker
 from ..common.clock import make_clock
 from ..common.cluster_config import ClusterConfig, load_cluster
@@ -28,7 +29,12 @@ async def main() -> None:
     setup_logging(settings.log_level)
     config = load_cluster(settings.cluster_file, settings.cluster)
     service = await compose(settings, config, make_clock(settings.clock))
+    health_http = None
+    if settings.health_port:
+        health_http = await http_health.serve(service, "executor", settings.http_host, settings.health_port)
     try:
         await wait_for_signal()
     finally:
+        if health_http is not None:
+            health_http.close()
         await service.stop()
