@@ -87,11 +87,43 @@ class Executor:
         await self.bus.ensure_infra()
         self.broker = broker or default_broker(self)
         await self.broker.start()
+        start_seq = await self._from_snapshot()
         self.tasks.append(asyncio.create_task(follow(
             self.bus, subjects.LOG_STREAM, subjects.log_filter(self.cluster), self._on_batch, self.stop_event,
-            caught_up=self.caught_up, name=f"executor {self.cluster} log follower", status=self.follow_status)))
+            start_seq=start_seq, caught_up=self.caught_up, name=f"executor {self.cluster} log follower",
+            status=self.follow_status)))
         await self.caught_up.wait()
         return self
+
+    async def _from_snapshot(self) -> int:
+        """Adopt what runs and what may still run from placement's latest snapshot; returns the
+        log sequence to follow from (1 without a snapshot: the whole log, as before purging).
+
+        Once placement purges the log, a replay from the start would miss the submissions and
+        starts of work that runs now; the snapshot holds them (the core's state: spec,
+        attempt, placement, when the run started and the progress it started from)."""
+        from timeshare.state import ENDED, PREEMPTED, RUNNING
+
+        from ..placement.service import read_snapshot
+
+        snap = await read_snapshot(self.bus, self.cluster)
+        if snap is None:
+            return 1
+        state = snap["state"]
+        scale = 1.0 if self.clock.manual else self.settings.time_scale
+        for wid, w in sorted(state.workloads.items()):
+            if w.state in ENDED and not (w.state == PREEMPTED and w.resumable):
+                continue  # a resumable preempted workload is requeued next: keep its spec
+            self.specs[wid] = w.spec
+            if w.state == RUNNING:
+                start_ms = state.ms(w.run_start_s)
+                end_ms = start_ms + int(round((w.spec.work_s - w.progress_s) * 1000 * scale))
+                placement = [ev.NodeGpus(node=node.name, gpu_ids=list(gpus)) for node, gpus in w.placement]
+                self.running[wid] = Running(wid, w.attempt, end_ms, w.spec, placement)
+        self.last_seq = snap["log_seq"]
+        log.info("executor %s starts from the snapshot at log seq %d (%d running)", self.cluster,
+                 snap["log_seq"], len(self.running))
+        return snap["log_seq"] + 1
 
     async def health_report(self) -> dict:
         st = dict(self.follow_status)
