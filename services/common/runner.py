@@ -16,7 +16,7 @@ def setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-async def wait_for_signal(stop_within_s: float = 20.0) -> None:
+async def wait_for_signal(stop_within_s: float = 8.0) -> None:
     """Return on SIGINT or SIGTERM. From then on the caller has ``stop_within_s`` to stop: a
     stop that hangs (seen once: a placement that never exited after SIGTERM and went on
     refreshing its lease) ends the process instead, logged, so nothing outlives its parent's
