@@ -23,12 +23,18 @@ itself, so the sums are equal, not just close.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections import defaultdict
 
 from timeshare import events as ev
 from timeshare.sim.metrics import HOUR_S, MetricsCollector, _Rates, percentiles
 from timeshare.tree import AllocationTree
+
+log = logging.getLogger("timeshare.ledger.hourly")
+
+#: a leap of event time longer than this is not binned hour by hour (see HourlyUsage._jump_to)
+MAX_GAP_H = 400 * 24
 
 #: the four bins of attainment_of, keyed (team, GPU type)
 TEAM_RATES = ("delivered", "demand", "delivered_funded", "demand_funded")
@@ -61,6 +67,8 @@ class HourlyUsage:
         self.first_h: int | None = None
         #: complete rows not yet written to the store: hour -> row
         self.unwritten: dict[int, dict] = {}
+        #: [from, to) hours skipped by a leap of event time (no rows)
+        self.gaps: list[tuple[int, int]] = []
 
     def set_tree(self, tree: AllocationTree) -> None:
         """A budget change: funded from now on as the new tree says (the hours before keep theirs)."""
@@ -72,13 +80,30 @@ class HourlyUsage:
         return [mc.delivered, mc.demand, mc.delivered_funded, mc.demand_funded, mc.in_service,
                 self.busy, self.unallocated]
 
+    def _fits(self, e: ev.Event) -> bool:
+        """False for an event the collector cannot take: about a workload whose submission the
+        ledger never stored (dead-lettered: a NUL in a field), or a stop of work not running."""
+        mc = self.mc
+        match e:
+            case ev.WorkloadStarted() | ev.WorkloadFailed() | ev.WorkloadCancelled():
+                return e.workload_id in mc.specs
+            case ev.WorkloadPreempted() | ev.WorkloadCompleted():
+                return e.workload_id in mc.running and e.workload_id in mc.specs
+            case ev.NodeFailed() | ev.NodeDrained() | ev.NodeRepaired():
+                return e.node in mc.node_pool or not self.started
+        return True
+
     def observe(self, e: ev.Event) -> None:
+        if not self._fits(e):
+            return
         t = e.at_ms / 1000
         h = int(t // HOUR_S)
         if not self.started:
             self.started = True
             self.mc.start(t, self.nodes)
             self.open_h = self.first_h = h
+        elif h - self.open_h > MAX_GAP_H:
+            self._jump_to(h)
         elif h > self.open_h:
             self._complete_hours_before(h)
         mc = self.mc
@@ -99,6 +124,24 @@ class HourlyUsage:
                 if isinstance(e, ev.WorkloadPreempted):
                     self.preemptions[h][e.reason.kind] += 1
         mc.observe(e)
+
+    def _jump_to(self, h: int) -> None:
+        """Event time leapt more than MAX_GAP_H hours (an event stamped at 0 ms, the epoch,
+        then the wall clock: 495,000 hours, which binned hour by hour took every service down):
+        the open hour is completed, the hours in between get no rows, and the rates go on
+        from hour ``h``. A report never spans such a gap (ranges are at most 400 days)."""
+        self._complete_hours_before(self.open_h + 1)
+        boundary = h * HOUR_S
+        for rates in self._rates():
+            for key, r in rates.rate.items():
+                if r:
+                    rates.since[key] = boundary
+        log.warning("event time jumped from hour %d to %d: the hours between are not binned", self.open_h, h)
+        self.gaps.append((self.open_h, h))
+        self.open_h = h
+
+    def in_gap(self, hour: int) -> bool:
+        return any(a <= hour < b for a, b in self.gaps)
 
     def _complete_hours_before(self, h: int) -> None:
         boundary = h * HOUR_S

@@ -92,11 +92,14 @@ class Ledger:
         if self.broker is not None:
             await self.broker.stop()
         for t in self.tasks:
-            t.cancel()
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+            try:  # the snapshot loop ends by itself on stop_event (a row write in flight completes)
+                await asyncio.wait_for(asyncio.shield(t), 5)
+            except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                t.cancel()
+                try:
+                    await t
+                except (asyncio.CancelledError, Exception):
+                    pass
         await self.store.close()
         if self.own_bus:
             await self.bus.close()
@@ -116,7 +119,10 @@ class Ledger:
             case ev.BudgetChanged():
                 self.tree = AllocationTree.from_shares(e.new)
                 self.hourly.set_tree(self.tree)
-        self.hourly.observe(e)
+        try:
+            self.hourly.observe(e)
+        except Exception:  # the rows must never stop the projection (this runs after the commit)
+            log.exception("hourly usage: cannot take %s %s", ev.event_type(e), e.event_id)
 
     # -- the projection (run by services.common.projector) ---------------------------------
     async def load(self, store) -> None:
@@ -158,9 +164,13 @@ class Ledger:
     async def _snapshots(self) -> None:
         kv = await self.bus.js.key_value(subjects.USAGE_BUCKET)
         while not self.stop_event.is_set():
-            await asyncio.sleep(self.snapshot_every_s)
+            try:  # woken by stop: the loop ends by itself, never cancelled inside a store write
+                await asyncio.wait_for(self.stop_event.wait(), self.snapshot_every_s)
+            except asyncio.TimeoutError:
+                pass
             try:
-                await self.write_hourly_rows()
+                # shielded: cancelling asyncpg inside executemany once left the task hanging
+                await asyncio.shield(self.write_hourly_rows())
             except Exception as exc:  # kept in memory (the report reads them there): next time
                 log.warning("hourly rows: %s", describe(exc))
             if self.dirty:
@@ -223,7 +233,7 @@ class Ledger:
             stored = await self.store.get_many("hourly", wanted)
             for key, row in stored.items():
                 rows[row["hour"]] = row
-        missing = [h for h in complete if h not in rows]
+        missing = [h for h in complete if h not in rows and not hourly.in_gap(h)]
         if missing:
             return {"error": f"{len(missing)} hourly rows are not stored yet (first: hour {missing[0]}); try "
                              "again in a few seconds", "status": 503}

@@ -88,3 +88,28 @@ async def test_a_range_ending_inside_a_complete_hour_is_refused_and_nothing_chan
     assert out["status"] == 400 and "whole hour" in out["error"]
     assert ledger.hourly.unwritten == before
     assert (await ledger.report(first_s, first_s - 1))["status"] == 400
+
+
+async def test_a_leap_of_event_time_is_not_binned_hour_by_hour():
+    """An event stamped at the epoch, then the wall clock (the poison test proposes at_ms=0):
+    binning the 495,000 hours between took minutes and gigabytes; they get no rows."""
+    from timeshare.workload import WorkloadSpec
+
+    settings = Settings(database_url="memory", cluster_file=str(SCENARIO), cluster="parity")
+    config = load_cluster(SCENARIO, "parity")
+    now_ms = 1_764_590_400_000 + 1_800_000  # 2025-12-01 12:30 UTC
+    ledger = Ledger(settings, config, ManualClock(now_ms))
+    await ledger.store.open()
+    spec = WorkloadSpec(id="w", submit_s=0, project="alpha/train", gpu_type="H100", gpus=1, work_s=60,
+                        min_runtime_s=0, resumable=True)
+    events = [ev.WorkloadSubmitted(event_id="s", at_ms=0, cluster="parity", workload=spec),
+              ev.WorkloadCancelled(event_id="c", at_ms=now_ms - 600_000, cluster="parity", workload_id="w")]
+    t0 = __import__("time").perf_counter()
+    ledger.committed(events, [(1, e) for e in events])
+    ledger.projector = types.SimpleNamespace(applied_seq=2)
+    assert await ledger.write_hourly_rows() <= 2
+    assert __import__("time").perf_counter() - t0 < 5
+    out = await ledger.report(now_ms / 1000 - 7200, None)
+    assert "error" not in out, out
+    assert (await ledger.report(None, None))["status"] == 400  # the journal spans > 400 days: give from_s
+    await ledger.store.close()
