@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 PIP ?= .venv/bin/pip
 PYTHON ?= python3
 
-.PHONY: setup run simulate test test-fast bench compiled bench-live bench-report chaos schemas clean
+.PHONY: setup run simulate test test-fast bench compiled bench-live bench-report bench-ledger-report chaos schemas clean
 
 # also builds the compiled core (mypyc) that `timeshare simulate` uses when it exists; without a
 # C compiler it says so and everything runs in pure Python
@@ -51,6 +51,10 @@ chaos: setup
 
 bench-report: setup
 	$(PY) benchmarks/bench_report.py
+
+# the ledger's report over a simulated month: hourly rows against the whole journal (prints)
+bench-ledger-report: setup
+	$(PY) benchmarks/bench_ledger_report.py
 
 schemas: setup
 	$(PY) -m timeshare.cli schemas schemas

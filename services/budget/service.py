@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import msgspec
-
 from timeshare import events as ev
 from timeshare.tree import AllocationTree, TreeError
 
-from ..common import healthz, subjects
+from ..common import healthz
 from ..common.auth import Caller
-from ..common.bus import Bus, reply_json
+from ..common.bus import Bus
 from ..common.cluster_config import ClusterConfig
 from ..common.settings import Settings
 from ..common.projector import Projector
@@ -45,9 +43,11 @@ class Budget:
         self.waiters: dict[str, asyncio.Future] = {}
         self.stop_event = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        self.subs = []
+        self.broker = None
 
-    async def start(self) -> "Budget":
+    async def start(self, broker=None) -> "Budget":
+        """``broker``: the faststream broker with this service's handlers (``main.py`` builds it);
+        without one, the handlers of ``handlers.py`` on a broker of its own."""
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name="budget")
         await self.bus.ensure_infra()
@@ -55,11 +55,9 @@ class Budget:
         await self.load(self.store)
         self.projector = await Projector(self, self.bus, self.store, self.stop_event,
                                          stuck_after_s=self.settings.stuck_after_s).start()
-        self.subs.append(await healthz.serve(self.bus, self.cluster, "budget", self.health_report))
-        self.subs.append(await self.bus.nc.subscribe(subjects.cmd_subject(self.cluster, "budget.set"),
-                                                     cb=self._on_set))
-        self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "budget.history"),
-                                                     cb=self._on_history))
+        # commands and queries are answered once the tree is loaded and followed
+        self.broker = broker or default_broker(self)
+        await self.broker.start()
         return self
 
     async def health_report(self) -> dict:
@@ -69,8 +67,8 @@ class Budget:
         self.stop_event.set()
         if self.projector is not None:
             await self.projector.close()
-        for s in self.subs:
-            await s.unsubscribe()
+        if self.broker is not None:
+            await self.broker.stop()
         for t in self.tasks:
             try:
                 await asyncio.wait_for(t, 3)
@@ -142,16 +140,13 @@ class Budget:
             return {"event_id": event.event_id, "changed": changed,
                     "fractions": {p: round(n.fraction, 6) for p, n in sorted(self.tree.nodes.items())}}
 
-    async def _on_set(self, msg) -> None:
-        try:
-            body = msgspec.json.decode(msg.data)
-            reply = await self.change(Caller.from_dict(body["caller"]), body.get("shares") or {},
-                                      str(body.get("reason", "")), str(body["request_id"]))
-        except (KeyError, TypeError, msgspec.DecodeError) as exc:
-            reply = {"error": f"malformed command: {exc}", "status": 400}
-        await msg.respond(reply_json(reply))
-
-    async def _on_history(self, msg) -> None:
+    async def history(self) -> dict:
         history = await self.store.journal("history", self.cluster)
-        await msg.respond(reply_json({"cluster": self.cluster, "changes": history,
-                                      "current": self.tree.shares()}))
+        return {"cluster": self.cluster, "changes": history, "current": self.tree.shares()}
+
+
+def default_broker(service: Budget):
+    from ..common.broker import make_broker
+    from .handlers import router
+
+    return make_broker(service.settings, "budget", router(service, service.cluster))

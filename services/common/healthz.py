@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
 
 import msgspec
 
@@ -25,20 +24,20 @@ def subject(cluster: str, service: str) -> str:
     return subjects.query_subject(cluster, f"healthz.{service}")
 
 
-async def serve(bus, cluster: str, service: str, report: Callable[[], Awaitable[dict | None]]):
-    """Answer health queries for ``service`` with ``await report()`` (None: stay silent)."""
+async def answer(service, name: str) -> dict:
+    """The body of ``name``'s health answer (its faststream handler returns it): the service's
+    ``health_report()``; a report of None (placement's standby) sends no answer at all."""
+    from faststream.exceptions import SkipMessage
 
-    async def on_query(msg) -> None:
-        try:
-            body = await report()
-        except Exception as exc:  # the report itself failing is a finding
-            body = {"service": service, "ok": False, "error": f"health report failed: {exc}"}
-        if body is not None:
-            body.setdefault("service", service)
-            body.setdefault("nats_connected", bus.nc.is_connected)
-            await msg.respond(msgspec.json.encode(body))
-
-    return await bus.nc.subscribe(subject(cluster, service), cb=on_query)
+    try:
+        body = await service.health_report()
+    except Exception as exc:  # the report itself failing is a finding
+        body = {"service": name, "ok": False, "error": f"health report failed: {exc}"}
+    if body is None:
+        raise SkipMessage()  # no reply: the leader answers for placement
+    body.setdefault("service", name)
+    body.setdefault("nats_connected", service.bus.nc.is_connected)
+    return body
 
 
 async def gather(bus, cluster: str, services=SERVICES, timeout_s: float = 1.0) -> dict[str, dict | None]:
@@ -46,7 +45,7 @@ async def gather(bus, cluster: str, services=SERVICES, timeout_s: float = 1.0) -
 
     async def one(name: str):
         try:
-            msg = await bus.nc.request(subject(cluster, name), b"", timeout=timeout_s)
+            msg = await bus.nc.request(subject(cluster, name), b"{}", timeout=timeout_s)
             return msgspec.json.decode(msg.data)
         except Exception:
             return None

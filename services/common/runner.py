@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -15,12 +16,30 @@ def setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-async def wait_for_signal() -> None:
+async def wait_for_signal(stop_within_s: float = 8.0) -> None:
+    """Return on SIGINT or SIGTERM. From then on the caller has ``stop_within_s`` to stop: a
+    stop that hangs (seen once: a placement that never exited after SIGTERM and went on
+    refreshing its lease) ends the process instead, logged, so nothing outlives its parent's
+    stop with a lease or a subscription of its own."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    received: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        received.append(sig)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     await stop.wait()
+    logging.getLogger("timeshare.runner").info("%s: stopping", signal.Signals(received[0]).name)
+
+    def give_up() -> None:
+        logging.getLogger("timeshare.runner").error("did not stop within %.0f s of the signal: exiting", stop_within_s)
+        logging.shutdown()
+        os._exit(1)
+
+    loop.call_later(stop_within_s, give_up)
 
 
 def event_loop_factory():

@@ -54,6 +54,19 @@ class Settings:
     #: placement snapshots its state every this many appended events (0 = never); a new
     #: leader loads the snapshot and replays only the log after it
     snapshot_every: int = 10000
+    #: a service run on its own (python -m services.<name>) also serves GET /healthz over HTTP
+    #: on this port of http_host (0 = off; the gateway's own /healthz is on its HTTP port)
+    health_port: int = 0
+    #: placement purges the log below what its snapshots and every durable projection cover:
+    #: "auto" (on unless TIMESHARE_DATABASE_URL is memory: an in-memory projection rebuilds
+    #: from the whole stream), "on" or "off"
+    purge_log: str = "auto"
+
+    @property
+    def purges_log(self) -> bool:
+        if self.purge_log not in ("auto", "on", "off"):
+            raise ValueError(f"TIMESHARE_PURGE_LOG must be auto, on or off, got {self.purge_log!r}")
+        return self.purge_log == "on" or (self.purge_log == "auto" and self.database_url != "memory")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":

@@ -61,8 +61,12 @@ class Stack:
         return self
 
     async def start_service(self, name: str):
-        svc = _cls(name)(self.settings, self.config, self.clock)
-        await svc.start()
+        main = importlib.import_module(f"services.{name}.main")
+        if hasattr(main, "compose"):  # the service's composition root (with its faststream handlers)
+            svc = await main.compose(self.settings, self.config, self.clock)
+        else:
+            svc = _cls(name)(self.settings, self.config, self.clock)
+            await svc.start()
         self.services[name] = svc
         return svc
 

@@ -26,8 +26,8 @@ from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
 
 from timeshare import events as ev
 
-from ..common import healthz, subjects
-from ..common.bus import Bus, decode_event, follow, reply_json
+from ..common import subjects
+from ..common.bus import Bus, decode_event, follow
 from ..common.cluster_config import ClusterConfig
 from ..common.ids import ended_id
 from ..common.settings import Settings
@@ -67,7 +67,7 @@ class Executor:
         self.stop_event = asyncio.Event()
         self.caught_up = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        self.subs = []
+        self.broker = None
         self.reported = 0
         #: (node, GPU id) -> the stop of the process still holding it: a workload given those
         #: GPUs starts only once that process has exited (SIGTERM, grace, SIGKILL), so two
@@ -79,18 +79,51 @@ class Executor:
         self.follow_status: dict = {}
         self.seq_changed = asyncio.Condition()
 
-    async def start(self) -> "Executor":
+    async def start(self, broker=None) -> "Executor":
+        """``broker``: the faststream broker with this service's handlers (``main.py`` builds it);
+        without one, the handlers of ``handlers.py`` on a broker of its own."""
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name="executor")
         await self.bus.ensure_infra()
-        self.subs.append(await self.bus.nc.subscribe(subjects.cmd_subject(self.cluster, "executor.advance"),
-                                                     cb=self._on_advance))
-        self.subs.append(await healthz.serve(self.bus, self.cluster, "executor", self.health_report))
+        self.broker = broker or default_broker(self)
+        await self.broker.start()
+        start_seq = await self._from_snapshot()
         self.tasks.append(asyncio.create_task(follow(
             self.bus, subjects.LOG_STREAM, subjects.log_filter(self.cluster), self._on_batch, self.stop_event,
-            caught_up=self.caught_up, name=f"executor {self.cluster} log follower", status=self.follow_status)))
+            start_seq=start_seq, caught_up=self.caught_up, name=f"executor {self.cluster} log follower",
+            status=self.follow_status)))
         await self.caught_up.wait()
         return self
+
+    async def _from_snapshot(self) -> int:
+        """Adopt what runs and what may still run from placement's latest snapshot; returns the
+        log sequence to follow from (1 without a snapshot: the whole log, as before purging).
+
+        Once placement purges the log, a replay from the start would miss the submissions and
+        starts of work that runs now; the snapshot holds them (the core's state: spec,
+        attempt, placement, when the run started and the progress it started from)."""
+        from timeshare.state import ENDED, PREEMPTED, RUNNING
+
+        from ..placement.service import read_snapshot
+
+        snap = await read_snapshot(self.bus, self.cluster)
+        if snap is None:
+            return 1
+        state = snap["state"]
+        scale = 1.0 if self.clock.manual else self.settings.time_scale
+        for wid, w in sorted(state.workloads.items()):
+            if w.state in ENDED and not (w.state == PREEMPTED and w.resumable):
+                continue  # a resumable preempted workload is requeued next: keep its spec
+            self.specs[wid] = w.spec
+            if w.state == RUNNING:
+                start_ms = state.ms(w.run_start_s)
+                end_ms = start_ms + int(round((w.spec.work_s - w.progress_s) * 1000 * scale))
+                placement = [ev.NodeGpus(node=node.name, gpu_ids=list(gpus)) for node, gpus in w.placement]
+                self.running[wid] = Running(wid, w.attempt, end_ms, w.spec, placement)
+        self.last_seq = snap["log_seq"]
+        log.info("executor %s starts from the snapshot at log seq %d (%d running)", self.cluster,
+                 snap["log_seq"], len(self.running))
+        return snap["log_seq"] + 1
 
     async def health_report(self) -> dict:
         st = dict(self.follow_status)
@@ -113,8 +146,8 @@ class Executor:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
-        for s in self.subs:
-            await s.unsubscribe()
+        if self.broker is not None:
+            await self.broker.stop()
         if self.own_bus:
             await self.bus.close()
 
@@ -231,15 +264,6 @@ class Executor:
             await self._report(r, 0, r.end_ms)
         return [r.workload_id for r in due]
 
-    async def _on_advance(self, msg) -> None:
-        body = msgspec.json.decode(msg.data)
-        try:
-            done = await self.advance(int(body["now_ms"]), int(body.get("log_seq") or 0))
-        except asyncio.TimeoutError:
-            return await msg.respond(reply_json({"error": f"the executor has not seen log seq {body.get('log_seq')} "
-                                                          f"(it is at {self.last_seq})", "status": 504}))
-        await msg.respond(reply_json({"completed": done, "log_seq": self.last_seq}))
-
     # -- processes --------------------------------------------------------------------------
     async def _run_processes(self, r: Running) -> None:
         holders = {self.releasing[(part.node, g)] for part in r.placement for g in part.gpu_ids
@@ -287,3 +311,10 @@ class Executor:
                     except ProcessLookupError:
                         pass
             await asyncio.gather(*(p.wait() for p in alive))
+
+
+def default_broker(service: Executor):
+    from ..common.broker import make_broker
+    from .handlers import router
+
+    return make_broker(service.settings, "executor", router(service, service.cluster))

@@ -25,7 +25,7 @@ import msgspec
 from timeshare import events as ev
 
 from ..common import healthz, subjects
-from ..common.bus import Bus, reply_json
+from ..common.bus import Bus
 from ..common.cluster_config import ClusterConfig
 from ..common.settings import Settings
 from ..common.projector import Projector
@@ -51,10 +51,12 @@ class Health:
         self.projector: Projector | None = None
         self.stop_event = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        self.subs = []
+        self.broker = None
         self.live = asyncio.Event()
 
-    async def start(self) -> "Health":
+    async def start(self, broker=None) -> "Health":
+        """``broker``: the faststream broker with this service's handlers (``main.py`` builds it);
+        without one, the handlers of ``handlers.py`` on a broker of its own."""
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name="health")
         await self.bus.ensure_infra()
@@ -63,14 +65,8 @@ class Health:
         self.projector = await Projector(self, self.bus, self.store, self.stop_event,
                                          stuck_after_s=self.settings.stuck_after_s).start()
         self.tasks.append(spawn("health heartbeat watch", self._watch, self.stop_event))
-        nc = self.bus.nc
-        self.subs += [
-            await healthz.serve(self.bus, self.cluster, "health", self.health_report),
-            await nc.subscribe(subjects.heartbeat_subject(self.cluster), cb=self._on_heartbeat),
-            await nc.subscribe(subjects.cmd_subject(self.cluster, "health.report"), cb=self._on_report),
-            await nc.subscribe(subjects.cmd_subject(self.cluster, "health.repaired"), cb=self._on_repaired),
-            await nc.subscribe(subjects.query_subject(self.cluster, "health.nodes"), cb=self._on_nodes),
-        ]
+        self.broker = broker or default_broker(self)
+        await self.broker.start()
         # drained nodes whose repair never finished (we were restarted): try again
         for name, doc in sorted(self.nodes.items()):
             if doc["state"] in ("drained", "down"):
@@ -85,8 +81,8 @@ class Health:
         self.stop_event.set()
         if self.projector is not None:
             await self.projector.close()
-        for s in self.subs:
-            await s.unsubscribe()
+        if self.broker is not None:
+            await self.broker.stop()
         for t in [*self.tasks, *self.repairs.values()]:
             t.cancel()
             try:
@@ -138,11 +134,7 @@ class Health:
         return self.projector.applied_seq if self.projector is not None else 0
 
     # -- heartbeats and reports -------------------------------------------------------------
-    async def _on_heartbeat(self, msg) -> None:
-        try:
-            node = msgspec.json.decode(msg.data)["node"]
-        except Exception:
-            return
+    def heartbeat(self, node: str) -> None:
         if node in self.nodes:
             self.last_heartbeat[node] = time.monotonic()
             self.nodes[node]["last_heartbeat_ms"] = self.clock.now_ms()
@@ -166,20 +158,17 @@ class Health:
         await self.bus.propose(e)
         return e.event_id
 
-    async def _on_report(self, msg) -> None:
-        body = msgspec.json.decode(msg.data)
-        node = body.get("node")
+    async def health_check(self, node: str, ok: bool, reason: str | None, needs_human: bool) -> dict:
+        """A node's health check result (command ``health.report``): the reply body."""
         if node not in self.nodes:
-            return await msg.respond(reply_json({"error": f"unknown node {node!r}", "status": 404}))
-        if body.get("ok", True):
+            return {"error": f"unknown node {node!r}", "status": 404}
+        if ok:
             self.last_heartbeat[node] = time.monotonic()
-            return await msg.respond(reply_json({"node": node, "state": self.nodes[node]["state"]}))
+            return {"node": node, "state": self.nodes[node]["state"]}
         if self.nodes[node]["state"] != "healthy":
-            return await msg.respond(reply_json({"node": node, "state": self.nodes[node]["state"],
-                                                 "note": "already out of service"}))
-        eid = await self.report_unhealthy(node, body.get("reason") or "health check failed",
-                                          bool(body.get("needs_human")))
-        await msg.respond(reply_json({"node": node, "state": "cordoning", "event_id": eid}))
+            return {"node": node, "state": self.nodes[node]["state"], "note": "already out of service"}
+        eid = await self.report_unhealthy(node, reason or "health check failed", needs_human)
+        return {"node": node, "state": "cordoning", "event_id": eid}
 
     # -- repairs -------------------------------------------------------------------------------
     def _start_repair(self, node: str) -> None:
@@ -209,16 +198,35 @@ class Health:
         await self.bus.propose(e)
         return e.event_id
 
-    async def _on_repaired(self, msg) -> None:
-        body = msgspec.json.decode(msg.data)
-        node = body.get("node")
-        if node not in self.nodes:
-            return await msg.respond(reply_json({"error": f"unknown node {node!r}", "status": 404}))
-        if self.nodes[node]["state"] not in ("drained", "down"):
-            return await msg.respond(reply_json({"error": f"node {node} is {self.nodes[node]['state']}; only drained "
-                                                          "or down nodes can be declared repaired", "status": 409}))
-        eid = await self.propose_repaired(node)
-        await msg.respond(reply_json({"node": node, "event_id": eid}))
+    async def _catch_up(self, done, timeout_s: float = 2.0) -> None:
+        """Wait (bounded) until ``done()`` or this projection has applied everything the log
+        holds: a human who saw a node drained (placement's view, or the log) and declares it
+        repaired at once must not be refused because this projection is a moment behind."""
+        deadline = time.monotonic() + timeout_s
+        while not done() and time.monotonic() < deadline:
+            try:
+                info = await self.bus.js.consumer_info(subjects.LOG_STREAM, self.consumer)
+                if not info.num_pending and not info.num_ack_pending:
+                    return
+            except Exception:  # NATS away: answer from what is applied
+                return
+            await asyncio.sleep(0.05)
 
-    async def _on_nodes(self, msg) -> None:
-        await msg.respond(reply_json({"nodes": self.nodes}))
+    async def declare_repaired(self, node: str) -> dict:
+        """A human declares ``node`` repaired (command ``health.repaired``): the reply body."""
+        if node not in self.nodes:
+            return {"error": f"unknown node {node!r}", "status": 404}
+        if self.nodes[node]["state"] not in ("drained", "down"):
+            await self._catch_up(lambda: self.nodes[node]["state"] in ("drained", "down"))
+        if self.nodes[node]["state"] not in ("drained", "down"):
+            return {"error": f"node {node} is {self.nodes[node]['state']}; only drained "
+                             "or down nodes can be declared repaired", "status": 409}
+        eid = await self.propose_repaired(node)
+        return {"node": node, "event_id": eid}
+
+
+def default_broker(service: Health):
+    from ..common.broker import make_broker
+    from .handlers import router
+
+    return make_broker(service.settings, "health", router(service, service.cluster))

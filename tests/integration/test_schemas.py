@@ -49,3 +49,18 @@ def test_the_compose_check_catches_a_broken_file(tmp_path):
     bad.write_text("services:\n  x:\n    image: nats\n    ports: 12\n")
     r = subprocess.run([str(compose_binary()), "-f", str(bad), "config", "-q"], capture_output=True, text=True)
     assert r.returncode != 0
+
+
+def test_handlers_asyncapi_is_faststreams_with_the_msgspec_request_types():
+    from services.schemas import handlers_asyncapi
+
+    doc = handlers_asyncapi()
+    assert doc["asyncapi"] == "3.0.0"
+    addresses = {c["address"] for c in doc["channels"].values()}
+    for subject in ("timeshare.cmd.v1.{cluster}.budget.set", "timeshare.query.v1.{cluster}.ledger.report",
+                    "timeshare.hb.v1.{cluster}", "timeshare.query.v1.{cluster}.healthz.placement",
+                    "timeshare.cmd.v1.{cluster}.executor.advance", "timeshare.query.v1.{cluster}.queue"):
+        assert subject in addresses
+    payload = doc["components"]["schemas"]["budget.set:Message:Payload"]
+    assert set(payload["required"]) == {"caller", "request_id"}
+    assert payload["properties"]["caller"]["required"] == ["user"]

@@ -1,0 +1,115 @@
+"""The ledger's report reads hourly rows, and equals the report computed from the raw journal.
+
+The reference is ``services.ledger.report.attainment_report`` (the collector fed every event of
+the journal, what the ledger did on every call before the rows). The events are the
+simulator's own (a scenario spanning hours), fed to a real ``Ledger`` (in-memory store), whose
+rows are written as in service; the report is asked for several ranges."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from services.common.clock import ManualClock
+from services.common.cluster_config import load_cluster
+from services.common.settings import Settings
+from services.ledger.report import attainment_report
+from services.ledger.service import Ledger
+from timeshare import events as ev
+from timeshare.sim.engine import run
+from timeshare.sim.metrics import HOUR_S
+from timeshare.sim.scenario import load_scenario
+
+from .conftest import DATA
+
+SCENARIO = DATA / "parity.toml"
+
+
+def raw_report(ledger: Ledger, events: list[ev.Event], from_s, to_s) -> dict:
+    nodes = {n.name: (p.gpu_type, n.gpus) for p in ledger.cluster_model.pools.values() for n in p.nodes}
+    return attainment_report(events, ledger.tree, ledger.pool_gpus, nodes, ledger.config.policy.max_min_runtime_s,
+                             from_s, to_s)
+
+
+def attainment_part(report: dict) -> dict:
+    return {"teams": report["teams"], "attainment": report["attainment"],
+            "attainment_all_work": report["attainment_all_work"]}
+
+
+@pytest.fixture
+async def fed_ledger():
+    scenario = load_scenario(SCENARIO)
+    events: list[ev.Event] = []
+    run(scenario, "budget", on_event=events.append)
+    end_ms = events[-1].at_ms
+    settings = Settings(database_url="memory", cluster_file=str(SCENARIO), cluster="parity")
+    config = load_cluster(SCENARIO, "parity")
+    ledger = Ledger(settings, config, ManualClock(end_ms))
+    await ledger.store.open()
+    # as the projector does: events folded batch by batch, rows written now and then
+    for i in range(0, len(events), 7):
+        batch = events[i:i + 7]
+        ledger.committed(list(batch), [(0, e) for e in batch])
+        ledger.projector = types.SimpleNamespace(applied_seq=i + len(batch))
+        if i % 21 == 0:
+            await ledger.write_hourly_rows()
+    yield ledger, events
+    await ledger.store.close()
+
+
+async def test_the_report_from_hourly_rows_equals_the_one_from_the_raw_journal(fed_ledger):
+    ledger, events = fed_ledger
+    first_s, last_s = events[0].at_ms / 1000, events[-1].at_ms / 1000
+    assert last_s - first_s > 2 * HOUR_S  # the scenario spans hours: rows, not just the open hour
+    await ledger.write_hourly_rows()
+    stored = await ledger.store.scan("hourly")
+    assert len(stored) == 2 and not ledger.hourly.unwritten  # two complete hours, the third open
+    ranges = [(None, None), (None, last_s), (first_s + 1800, 2 * HOUR_S), (HOUR_S, 2 * HOUR_S),
+              (first_s + 4000, last_s + 600), (0, HOUR_S)]
+    for from_s, to_s in ranges:
+        got = await ledger.report(from_s, to_s)
+        assert "error" not in got, (from_s, to_s, got)
+        want = raw_report(ledger, events, from_s, to_s if to_s is not None else max(ledger.clock.now_ms(),
+                                                                                      ledger.last_ms) / 1000)
+        assert attainment_part(got) == attainment_part(want), (from_s, to_s)
+        assert any(t["owed_gpu_hours"] for t in got["teams"].values())
+        if from_s is None:  # over the whole journal the range's counts are the journal's
+            for field in ("occupancy", "unallocated_share", "preemptions", "preemptions_by_reason"):
+                assert got[field] == want[field], field
+
+
+async def test_a_range_ending_inside_a_complete_hour_is_refused_and_nothing_changes(fed_ledger):
+    ledger, events = fed_ledger
+    first_s = events[0].at_ms / 1000
+    inside = (int(first_s // HOUR_S) + 1) * HOUR_S + 600  # in the second hour, long complete
+    before = dict(ledger.hourly.unwritten)
+    out = await ledger.report(None, inside)
+    assert out["status"] == 400 and "whole hour" in out["error"]
+    assert ledger.hourly.unwritten == before
+    assert (await ledger.report(first_s, first_s - 1))["status"] == 400
+
+
+async def test_a_leap_of_event_time_is_not_binned_hour_by_hour():
+    """An event stamped at the epoch, then the wall clock (the poison test proposes at_ms=0):
+    binning the 495,000 hours between took minutes and gigabytes; they get no rows."""
+    from timeshare.workload import WorkloadSpec
+
+    settings = Settings(database_url="memory", cluster_file=str(SCENARIO), cluster="parity")
+    config = load_cluster(SCENARIO, "parity")
+    now_ms = 1_764_590_400_000 + 1_800_000  # 2025-12-01 12:30 UTC
+    ledger = Ledger(settings, config, ManualClock(now_ms))
+    await ledger.store.open()
+    spec = WorkloadSpec(id="w", submit_s=0, project="alpha/train", gpu_type="H100", gpus=1, work_s=60,
+                        min_runtime_s=0, resumable=True)
+    events = [ev.WorkloadSubmitted(event_id="s", at_ms=0, cluster="parity", workload=spec),
+              ev.WorkloadCancelled(event_id="c", at_ms=now_ms - 600_000, cluster="parity", workload_id="w")]
+    t0 = __import__("time").perf_counter()
+    ledger.committed(events, [(1, e) for e in events])
+    ledger.projector = types.SimpleNamespace(applied_seq=2)
+    assert await ledger.write_hourly_rows() <= 2
+    assert __import__("time").perf_counter() - t0 < 5
+    out = await ledger.report(now_ms / 1000 - 7200, None)
+    assert "error" not in out, out
+    assert (await ledger.report(None, None))["status"] == 400  # the journal spans > 400 days: give from_s
+    await ledger.store.close()
