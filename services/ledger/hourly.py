@@ -65,6 +65,7 @@ class HourlyUsage:
         self.open_h: int | None = None
         #: the first hour with data (the report refuses ranges that end before it)
         self.first_h: int | None = None
+        self.first_s: float | None = None  # the first event's time (the report's span)
         #: complete rows not yet written to the store: hour -> row
         self.unwritten: dict[int, dict] = {}
         #: [from, to) hours skipped by a leap of event time (no rows)
@@ -102,6 +103,7 @@ class HourlyUsage:
             self.started = True
             self.mc.start(t, self.nodes)
             self.open_h = self.first_h = h
+            self.first_s = t
         elif h - self.open_h > MAX_GAP_H:
             self._jump_to(h)
         elif h > self.open_h:
@@ -195,8 +197,9 @@ def _copy_rates(r: _Rates) -> _Rates:
 
 
 def report_from_rows(rows: list[dict], tree: AllocationTree, pool_gpus: dict[str, int], max_min_runtime_s: int,
-                     from_s: float | None, to_s: float) -> dict:
-    """The report over ``[from_s, to_s)`` from hourly rows (the hours of the range, in order)."""
+                     from_s: float | None, to_s: float, first_s: float | None = None) -> dict:
+    """The report over ``[from_s, to_s)`` from hourly rows (the hours of the range, in order);
+    ``first_s``: the ledger's first event (an hour it covers in part owes that part)."""
     mc = MetricsCollector(tree, pool_gpus, max_min_runtime_s)
     in_service = busy = unallocated = 0.0
     preemptions: dict[str, int] = defaultdict(int)
@@ -214,8 +217,9 @@ def report_from_rows(rows: list[dict], tree: AllocationTree, pool_gpus: dict[str
             preemptions[reason] += n
         waits += row["waits_s"]
     since_h = -math.inf if from_s is None else from_s / HOUR_S
-    funded_teams, funded = mc.attainment_of(mc.delivered_funded, mc.demand_funded, since_h)
-    all_teams, all_work = mc.attainment_of(mc.delivered, mc.demand, since_h)
+    span_s = (first_s if first_s is not None else -math.inf, to_s)
+    funded_teams, funded = mc.attainment_of(mc.delivered_funded, mc.demand_funded, since_h, span_s)
+    all_teams, all_work = mc.attainment_of(mc.delivered, mc.demand, since_h, span_s)
     teams = {}
     for leaf in tree.leaves:
         f, a = funded_teams[leaf], all_teams[leaf]

@@ -28,8 +28,9 @@ def attainment_report(events: list[ev.Event], tree: AllocationTree, pool_gpus: d
         collector.observe(e)
     metrics = collector.finish(to_s, 0.0, to_s)
     since_h = -math.inf if from_s is None else from_s / HOUR_S
-    funded_teams, funded = collector.attainment_of(collector.delivered_funded, collector.demand_funded, since_h)
-    all_teams, all_work = collector.attainment_of(collector.delivered, collector.demand, since_h)
+    span_s = (collector.start_s, to_s)
+    funded_teams, funded = collector.attainment_of(collector.delivered_funded, collector.demand_funded, since_h, span_s)
+    all_teams, all_work = collector.attainment_of(collector.delivered, collector.demand, since_h, span_s)
     teams = {}
     for leaf in tree.leaves:
         f, a = funded_teams[leaf], all_teams[leaf]

@@ -240,7 +240,7 @@ class Ledger:
         rows.update(hourly.open_rows(to))
         ordered = [rows[h] for h in sorted(rows) if from_h <= h < to_h]
         return report_from_rows(ordered, self.tree, self.pool_gpus, self.config.policy.max_min_runtime_s,
-                                from_s, to)
+                                from_s, to, hourly.first_s)
 
 def default_broker(service: Ledger):
     from ..common.broker import make_broker

@@ -46,6 +46,11 @@ def percentiles(values: list[float]) -> dict[str, Seconds]:
             "max": float(xs[-1])}
 
 
+def _covered_s(hour: int, span_s: tuple[float, float]) -> float:
+    """Seconds of ``hour`` inside ``span_s``."""
+    return max(0.0, min((hour + 1) * HOUR_S, span_s[1]) - max(hour * HOUR_S, span_s[0]))
+
+
 class _Rates:
     """Integrates piecewise-constant rates per key into hourly bins."""
 
@@ -103,6 +108,7 @@ class MetricsCollector:
         self.requeue_waits: list[float] = []
         self.requeue_waits_by_kind: dict[str, list[float]] = defaultdict(list)
         self.running: dict[str, tuple[float, int, bool, str, str, str]] = {}
+        self.start_s: float = 0.0  # when the counting starts (start())
         self.busy_gpu_s = 0.0
         self.unallocated_gpu_s = 0.0
         self.delivered = _Rates()   # (leaf, pool) -> running GPUs
@@ -135,6 +141,7 @@ class MetricsCollector:
         }
 
     def start(self, t: float, nodes: dict[str, tuple[str, int]]) -> None:
+        self.start_s = t
         for name, (pool, gpus) in sorted(nodes.items()):
             self.node_pool[name] = pool
             self.node_gpus[name] = gpus
@@ -237,11 +244,14 @@ class MetricsCollector:
             self.out_of_service.discard(e.node)
             self.in_service.change(self.node_pool[e.node], t, self.node_gpus[e.node])
 
-    def attainment_of(self, delivered: _Rates, demand: _Rates, since_h: float = -math.inf) -> tuple[dict[str, dict], dict]:
+    def attainment_of(self, delivered: _Rates, demand: _Rates, since_h: float = -math.inf,
+                      span_s: tuple[float, float] | None = None) -> tuple[dict[str, dict], dict]:
         """Per team and fleet-wide: owed and delivered GPU-hours and attainment of one counting
         (``delivered_funded`` / ``demand_funded`` for the target), over the hours that end after
         ``since_h``. The one definition: the simulator's metrics and the ledger's live report
-        both call it."""
+        both call it. ``span_s`` (start, end) is what the counting covers: an hour it covers in
+        part entitles a team to that part of its share (a live report ten minutes into an hour
+        owes ten minutes' worth, not an hour's)."""
         teams: dict[str, dict] = {}
         owed_total = got_total = 0.0
         rated: list[float] = []
@@ -254,7 +264,7 @@ class MetricsCollector:
                 for h, asked in demand.bins.get((leaf, pool), {}).items():
                     if h + 1 <= since_h:
                         continue
-                    owed = min(entitled, asked)
+                    owed = min(entitled if span_s is None else fraction * gpus * _covered_s(h, span_s), asked)
                     owed_h += owed
                     got_h += min(d_bins.get(h, 0.0), owed)
                 for h, got in d_bins.items():
@@ -304,8 +314,9 @@ class MetricsCollector:
         for wid, t in self.requeued_at.items():
             self.requeue_waits.append(end_s - t)
 
-        funded_teams, funded = self.attainment_of(self.delivered_funded, self.demand_funded)
-        all_teams, all_work = self.attainment_of(self.delivered, self.demand)
+        span_s = (self.start_s, end_s)
+        funded_teams, funded = self.attainment_of(self.delivered_funded, self.demand_funded, span_s=span_s)
+        all_teams, all_work = self.attainment_of(self.delivered, self.demand, span_s=span_s)
         teams: dict[str, dict] = {}
         for leaf in self.tree.leaves:
             f, a = funded_teams[leaf], all_teams[leaf]
