@@ -16,7 +16,7 @@ import logging
 import msgspec
 
 from timeshare import events as ev
-from timeshare.tree import AllocationTree, TreeError
+from timeshare.tree import AllocationTree, TreeError, check_change, check_removal
 
 from ..common import healthz, subjects
 from ..common.auth import Caller
@@ -27,6 +27,38 @@ from ..common.projector import Projector
 from ..common.store import Changes, make_store
 
 log = logging.getLogger("timeshare.budget")
+
+
+class CallerBody(msgspec.Struct, forbid_unknown_fields=True):
+    user: str
+    manages: list[str] = []
+    admin: bool = False
+    member_of: list[str] = []
+
+
+class SetCommand(msgspec.Struct, forbid_unknown_fields=True):
+    """``budget.set``: only the gateway may publish it (NATS permissions); ``caller`` is the
+    identity the gateway established from the bearer token."""
+
+    caller: CallerBody
+    shares: dict[str, float | int]
+    reason: str
+    request_id: str
+
+
+class RemoveCommand(msgspec.Struct, forbid_unknown_fields=True):
+    caller: CallerBody
+    path: str
+    reason: str
+    request_id: str
+
+
+_set_decoder = msgspec.json.Decoder(SetCommand)
+_remove_decoder = msgspec.json.Decoder(RemoveCommand)
+
+
+class Unanswered(Exception):
+    pass
 
 
 class Budget:
@@ -58,6 +90,8 @@ class Budget:
         self.subs.append(await healthz.serve(self.bus, self.cluster, "budget", self.health_report))
         self.subs.append(await self.bus.nc.subscribe(subjects.cmd_subject(self.cluster, "budget.set"),
                                                      cb=self._on_set))
+        self.subs.append(await self.bus.nc.subscribe(subjects.cmd_subject(self.cluster, "budget.remove"),
+                                                     cb=self._on_remove))
         self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, "budget.history"),
                                                      cb=self._on_history))
         return self
@@ -122,33 +156,84 @@ class Budget:
                 return {"error": f"{caller.user} manages {managed}; may not change {', '.join(refused)} "
                                  "(a manager changes the shares of children of nodes they manage)", "status": 403}
             try:
-                new_tree = self.tree.with_shares({p: float(v) for p, v in shares.items()})
+                work = await self._work_by_leaf() if any(p not in self.tree.nodes for p in shares) else {}
+                new_tree = check_change(self.tree, shares, work)
             except (TreeError, TypeError, ValueError) as exc:
                 return {"error": f"invalid allocation: {exc}", "status": 400}
-            old = self.tree.shares()
-            event = ev.BudgetChanged(event_id=request_id, at_ms=self.clock.now_ms(), cluster=self.cluster,
-                                     by=caller.user, reason=reason, old=old, new=new_tree.shares())
-            fut = asyncio.get_running_loop().create_future()
-            self.waiters[event.event_id] = fut
-            try:
-                await self.bus.propose(event)
-                await asyncio.wait_for(fut, 10)
-            except asyncio.TimeoutError:
-                return {"error": "the change was sent but is not in the log yet (is placement running?)",
-                        "status": 503}
-            finally:
-                self.waiters.pop(event.event_id, None)
-            changed = {p: {"old": old.get(p), "new": new_tree.shares()[p]} for p in sorted(shares)}
-            return {"event_id": event.event_id, "changed": changed,
+            except Unanswered as exc:
+                return {"error": str(exc), "status": 503}
+            reply = await self._propose(caller, reason, request_id, new_tree)
+            if "error" in reply:
+                return reply
+            changed = {p: {"old": reply["old"].get(p), "new": new_tree.shares()[p]} for p in sorted(shares)}
+            return {"event_id": reply["event_id"], "changed": changed,
                     "fractions": {p: round(n.fraction, 6) for p, n in sorted(self.tree.nodes.items())}}
+
+    async def remove(self, caller: Caller, path: str, reason: str, request_id: str) -> dict:
+        """Retire ``path`` (and its subtree) once no pending or running work is charged below it."""
+        if not reason.strip():
+            return {"error": "reason: say why (it goes into the audit log)", "status": 400}
+        async with self.lock:
+            if not caller.may_change_share_of(path):
+                return {"error": f"{caller.user} manages {', '.join(caller.manages) or 'nothing'}; may not remove "
+                                 f"{path} (a manager retires children of nodes they manage)", "status": 403}
+            if path not in self.tree.nodes:
+                return {"error": f"path: unknown allocation {path!r}", "status": 404}
+            try:
+                new_tree = check_removal(self.tree, path, await self._work_by_leaf())
+            except TreeError as exc:
+                return {"error": f"path: {exc}", "status": 409}
+            except Unanswered as exc:
+                return {"error": str(exc), "status": 503}
+            reply = await self._propose(caller, reason, request_id, new_tree)
+            if "error" in reply:
+                return reply
+            return {"event_id": reply["event_id"], "removed": sorted(p for p in reply["old"] if p not in
+                                                                     new_tree.nodes)}
+
+    async def _work_by_leaf(self) -> dict[str, int]:
+        """Pending or running workloads per leaf, from placement (which holds them)."""
+        try:
+            msg = await self.bus.nc.request(subjects.query_subject(self.cluster, "work"), b"{}", timeout=5)
+            return msgspec.json.decode(msg.data)["work_by_leaf"]
+        except Exception:
+            raise Unanswered("placement did not say which leaves hold work (is it running?); nothing changed") \
+                from None
+
+    async def _propose(self, caller: Caller, reason: str, request_id: str, new_tree: AllocationTree) -> dict:
+        old = self.tree.shares()
+        event = ev.BudgetChanged(event_id=request_id, at_ms=self.clock.now_ms(), cluster=self.cluster,
+                                 by=caller.user, reason=reason, old=old, new=new_tree.shares())
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters[event.event_id] = fut
+        try:
+            await self.bus.propose(event)
+            await asyncio.wait_for(fut, 10)
+        except asyncio.TimeoutError:
+            return {"error": "the change was sent but is not in the log yet (is placement running? a change "
+                             "placement refused is in the dead-letter stream with the reason)", "status": 503}
+        finally:
+            self.waiters.pop(event.event_id, None)
+        return {"event_id": event.event_id, "old": old}
 
     async def _on_set(self, msg) -> None:
         try:
-            body = msgspec.json.decode(msg.data)
-            reply = await self.change(Caller.from_dict(body["caller"]), body.get("shares") or {},
-                                      str(body.get("reason", "")), str(body["request_id"]))
-        except (KeyError, TypeError, msgspec.DecodeError) as exc:
+            body = _set_decoder.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             reply = {"error": f"malformed command: {exc}", "status": 400}
+        else:
+            reply = await self.change(Caller.from_dict(msgspec.to_builtins(body.caller)), body.shares,
+                                      body.reason, body.request_id)
+        await msg.respond(reply_json(reply))
+
+    async def _on_remove(self, msg) -> None:
+        try:
+            body = _remove_decoder.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            reply = {"error": f"malformed command: {exc}", "status": 400}
+        else:
+            reply = await self.remove(Caller.from_dict(msgspec.to_builtins(body.caller)), body.path, body.reason,
+                                      body.request_id)
         await msg.respond(reply_json(reply))
 
     async def _on_history(self, msg) -> None:

@@ -54,6 +54,8 @@ class Settings:
     #: placement snapshots its state every this many appended events (0 = never); a new
     #: leader loads the snapshot and replays only the log after it
     snapshot_every: int = 10000
+    #: gateway: a user (not an admin) with this many pending workloads is refused more (429); 0 = no limit
+    max_pending_per_user: int = 1000
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":

@@ -111,7 +111,7 @@ class Placement:
         if self.bus is None:
             self.bus = await Bus.connect(self.settings, self.cluster, name=f"placement-{self.instance}")
         await self.bus.ensure_infra()
-        for q in ("queue", "tree", "nodes", "workload", "explain", "digest"):
+        for q in ("queue", "tree", "nodes", "workload", "explain", "digest", "work"):
             self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, q),
                                                          cb=self._on_query))
         self.subs.append(await healthz.serve(self.bus, self.cluster, "placement", self.health_report))
@@ -548,11 +548,26 @@ class Placement:
                 return [e]
             case ev.BudgetChanged():
                 try:
-                    AllocationTree.from_shares(e.new)
+                    tree = AllocationTree.from_shares(e.new)
                 except TreeError as exc:
                     raise Rejected(f"budget change: {exc}") from None
+                # work is charged to a leaf and queued under it: a change that removes a leaf
+                # holding work, or makes it a parent, would hide that work from every pass
+                hidden = sorted(leaf for leaf in self._work_by_leaf()
+                                if leaf not in tree.nodes or not tree.nodes[leaf].is_leaf)
+                if hidden:
+                    raise Rejected(f"budget change: {', '.join(hidden[:5])} hold(s) pending or running work and "
+                                   "would no longer be a leaf")
                 return [e]
         raise Rejected(f"unexpected event {ev.event_type(e)}")
+
+    def _work_by_leaf(self) -> dict[str, int]:
+        """Pending or running workloads per leaf (what a budget change must not hide)."""
+        out: dict[str, int] = {}
+        for w in self.state.workloads.values():
+            if w.state not in ENDED:
+                out[w.leaf] = out.get(w.leaf, 0) + 1
+        return dict(sorted(out.items()))
 
     def _node(self, name: str):
         try:
@@ -576,6 +591,8 @@ class Placement:
                 body = view.nodes_view(self.state)
             elif kind == "workload":
                 body = {"workload": view.workload_view(self.state, args["id"])}
+            elif kind == "work":
+                body = {"work_by_leaf": self._work_by_leaf()}
             elif kind == "explain":
                 if args["id"] not in self.state.workloads:
                     body = {"error": f"unknown workload {args['id']!r}", "status": 404}

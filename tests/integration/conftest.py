@@ -22,7 +22,8 @@ TOKENS = {
     "tok-admin": {"user": "root", "admin": True},
     "tok-alice": {"user": "alice", "manages": ["alpha"]},
     "tok-bob": {"user": "bob", "manages": ["beta"]},
-    "tok-carol": {"user": "carol"},
+    "tok-carol": {"user": "carol", "member_of": ["alpha/train", "beta/debug"]},
+    "tok-dave": {"user": "dave", "member_of": ["beta/debug"]},
     "tok-health": {"user": "health-agent", "manages": ["health"]},
 }
 _counter = itertools.count()
