@@ -23,7 +23,7 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from timeshare import events as ev
 
-from . import subjects
+from . import nats_auth, subjects
 from .settings import ROOT, Settings
 from .telemetry import inject_context
 
@@ -74,8 +74,13 @@ class Bus:
         self.cluster = cluster
 
     @classmethod
-    async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare") -> "Bus":
+    async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare", role: str | None = None) -> "Bus":
+        """Connect as the NATS user of ``role`` (default: the service ``name`` starts with, else
+        the operator) when ``settings`` carry NATS credentials (services/common/nats_auth.py)."""
         holder: dict = {}
+        creds = settings.nats_credential_table()
+        user = role or nats_auth.role_of(name)
+        auth = {"user": user, "password": creds[user]} if user in creds else {}
 
         async def reconnected() -> None:
             bus = holder.get("bus")
@@ -91,7 +96,7 @@ class Bus:
 
         nc = await nats.connect(settings.nats_url.split(","), name=name, max_reconnect_attempts=-1,
                                 reconnect_time_wait=0.5, reconnected_cb=reconnected,
-                                disconnected_cb=disconnected, error_cb=error)
+                                disconnected_cb=disconnected, error_cb=error, **auth)
         holder["bus"] = bus = cls(nc, settings, cluster)
         return bus
 

@@ -15,6 +15,9 @@ DEFAULT_CLUSTER_FILE = str(ROOT / "infra" / "demo" / "cluster.toml")
 class Settings:
     #: NATS server URL(s), comma separated
     nats_url: str = "nats://127.0.0.1:4222"
+    #: NATS passwords per service user: a JSON object {user: password} or a path to one
+    #: (services/common/nats_auth.py); empty: connect without credentials
+    nats_credentials: str = ""
     #: PostgreSQL DSN, or "memory" for the in-memory store rebuilt from the stream
     database_url: str = "memory"
     #: scenario/cluster file with [[pools]], [allocations] and [policy] (a simulator scenario works)
@@ -72,6 +75,17 @@ class Settings:
     def env(self) -> dict[str, str]:
         """These settings as environment variables (to start a service in a subprocess)."""
         return {"TIMESHARE_" + f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
+
+    def nats_credential_table(self) -> dict[str, str]:
+        raw = self.nats_credentials.strip()
+        if not raw:
+            return {}
+        if not raw.startswith("{"):
+            raw = Path(raw).read_text()
+        table = json.loads(raw)
+        if not isinstance(table, dict):
+            raise ValueError("TIMESHARE_NATS_CREDENTIALS: expected a JSON object {user: password}")
+        return table
 
     def token_table(self) -> dict[str, dict]:
         raw = self.tokens.strip()

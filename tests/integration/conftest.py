@@ -71,7 +71,7 @@ def make_settings(nats_server, database_url, cluster_name):
     from services.common.settings import Settings
 
     def make(**overrides):
-        base = dict(nats_url=nats_server.url, database_url=database_url, cluster_file=str(DATA / "small.toml"),
+        base = dict(nats_url=nats_server.url, nats_credentials=nats_server.credentials_file, database_url=database_url, cluster_file=str(DATA / "small.toml"),
                     cluster=cluster_name, http_port=free_port(), tokens=json.dumps(TOKENS), lease_ttl_s=2.0,
                     pass_interval_s=5.0, heartbeat_timeout_s=0)
         base.update(overrides)
