@@ -76,6 +76,21 @@ class HealthReport(BaseModel):
     needs_human: bool = False
 
 
+class ErrorBody(BaseModel):
+    detail: Any = Field(description="what was refused and why, naming the field (a list of them for a 422 "
+                                    "of FastAPI's own body validation)")
+
+
+#: every refusal the gateway may answer, documented on every operation (schemathesis checks it)
+ERROR_RESPONSES: dict[int | str, dict] = {
+    status: {"model": ErrorBody, "description": text} for status, text in (
+        (400, "a field breaks the contract or a limit (named in detail)"),
+        (401, "no or unknown bearer token"), (403, "not allowed for this caller"), (404, "unknown"),
+        (409, "conflicts with the current state (idempotency key, ended workload, work under a node)"),
+        (413, "request body over the limit"), (422, "a field unknown, missing or of the wrong type or range"),
+        (429, "too many pending workloads for this user"), (503, "a service is not answering; retry"))}
+
+
 class Unavailable(Exception):
     pass
 
@@ -84,7 +99,8 @@ def create_app(gw) -> FastAPI:
     """``gw`` is the Gateway service (settings, config, bus, store, projection, tokens, clock)."""
     app = FastAPI(title="timeshare gateway", version="1.0.0",
                   description="Submit GPU workloads against budgets of GPU time; see the queue in scheduling "
-                              "order; manage the allocation tree. Authenticate with `Authorization: Bearer <token>`.")
+                              "order; manage the allocation tree. Authenticate with `Authorization: Bearer <token>`.",
+                  responses=ERROR_RESPONSES)
     cluster = gw.cluster
     # every body is bounded before it is read (a 10 MB body of unknown fields was accepted)
     app.add_middleware(limits.BodyLimit)
@@ -157,11 +173,7 @@ def create_app(gw) -> FastAPI:
     @app.post(f"/{API_VERSION}/workloads", status_code=202, response_model=SubmitResponse, tags=["workloads"],
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": limits.submit_schema()}}}},
-              responses={400: {"description": "a field breaks the contract or a limit (named)"},
-                         403: {"description": "not a member of the project's leaf"},
-                         413: {"description": "request body too large"},
-                         422: {"description": "a field unknown, missing or of the wrong type or range (named)"},
-                         429: {"description": "too many pending workloads for this user"}})
+              responses={403: {"model": ErrorBody, "description": "not a member of the project's leaf"}})
     async def submit(request: Request, who: Auth,
                      idempotency_key: Annotated[str | None, Header(
                          description="the same key twice gives the same workload",

@@ -20,7 +20,7 @@ from services.devstack.servers import NatsServer, PostgresServer, free_port, pos
 DATA = Path(__file__).parent / "data"
 TOKENS = {
     "tok-admin": {"user": "root", "admin": True},
-    "tok-alice": {"user": "alice", "manages": ["alpha"]},
+    "tok-alice": {"user": "alice", "manages": ["alpha"], "member_of": ["beta/debug"]},
     "tok-bob": {"user": "bob", "manages": ["beta"]},
     "tok-carol": {"user": "carol", "member_of": ["alpha/train", "beta/debug"]},
     "tok-dave": {"user": "dave", "member_of": ["beta/debug"]},
@@ -88,3 +88,4 @@ async def stack(make_settings):
     s = await Stack(make_settings()).start()
     yield s
     await s.stop()
+

@@ -103,7 +103,7 @@ async def test_healthz_names_a_projection_stuck_on_a_lost_database_and_recovers_
             own_postgres.stop(mode="fast")  # pg_ctl stop -m fast, then start: a restart
             # a submission still reaches the log (placement needs no database); the gateway and
             # the ledger cannot store it and say so
-            await stack["budget"].bus.propose(_submission(cluster_name, "w-during"))
+            await stack["gateway"].bus.propose(_submission(cluster_name, "w-during"))
 
             async def stuck():
                 r = await http.get("/healthz")
