@@ -156,7 +156,9 @@ def create_app(gw) -> FastAPI:
             raise HTTPException(int(out["status"]), out["error"])
         return out
 
-    @app.get("/healthz", tags=["operations"])
+    @app.get("/healthz", tags=["operations"],
+             responses={503: {"description": "not ok: the report names the service or projection at fault",
+                              "content": {"application/json": {"schema": {"type": "object"}}}}})
     async def healthz(response: Response) -> dict:
         """Every service's report: each consumer's applied sequence, lag and last error; 503 when
         a service does not answer, is off NATS, or has a projection stuck."""
