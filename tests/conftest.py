@@ -8,9 +8,8 @@ def pytest_terminal_summary(terminalreporter):
     import sys
 
     tried = {}
-    for name in ("tests.integration.test_fuzz", "tests.unit.test_fuzz_bus"):
-        mod = sys.modules.get(name)
-        if mod is not None:
+    for name, mod in list(sys.modules.items()):
+        if name.rsplit(".", 1)[-1] in ("test_fuzz", "test_fuzz_bus") and mod is not None:
             tried.update(getattr(mod, "TRIED", {}))
     if tried:
         terminalreporter.write_line("fuzz: " + ", ".join(f"{k} {v}" for k, v in sorted(tried.items())))

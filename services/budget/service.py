@@ -18,7 +18,7 @@ import msgspec
 from timeshare import events as ev
 from timeshare.tree import AllocationTree, TreeError, check_change, check_removal
 
-from ..common import healthz, subjects
+from ..common import commands, healthz, subjects
 from ..common.auth import Caller
 from ..common.bus import Bus, reply_json
 from ..common.cluster_config import ClusterConfig
@@ -27,34 +27,6 @@ from ..common.projector import Projector
 from ..common.store import Changes, make_store
 
 log = logging.getLogger("timeshare.budget")
-
-
-class CallerBody(msgspec.Struct, forbid_unknown_fields=True):
-    user: str
-    manages: list[str] = []
-    admin: bool = False
-    member_of: list[str] = []
-
-
-class SetCommand(msgspec.Struct, forbid_unknown_fields=True):
-    """``budget.set``: only the gateway may publish it (NATS permissions); ``caller`` is the
-    identity the gateway established from the bearer token."""
-
-    caller: CallerBody
-    shares: dict[str, float | int]
-    reason: str
-    request_id: str
-
-
-class RemoveCommand(msgspec.Struct, forbid_unknown_fields=True):
-    caller: CallerBody
-    path: str
-    reason: str
-    request_id: str
-
-
-_set_decoder = msgspec.json.Decoder(SetCommand)
-_remove_decoder = msgspec.json.Decoder(RemoveCommand)
 
 
 class Unanswered(Exception):
@@ -217,21 +189,15 @@ class Budget:
         return {"event_id": event.event_id, "old": old}
 
     async def _on_set(self, msg) -> None:
-        try:
-            body = _set_decoder.decode(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            reply = {"error": f"malformed command: {exc}", "status": 400}
-        else:
+        body, reply = commands.decode(commands.BudgetSet, msg.data)
+        if body is not None:
             reply = await self.change(Caller.from_dict(msgspec.to_builtins(body.caller)), body.shares,
                                       body.reason, body.request_id)
         await msg.respond(reply_json(reply))
 
     async def _on_remove(self, msg) -> None:
-        try:
-            body = _remove_decoder.decode(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            reply = {"error": f"malformed command: {exc}", "status": 400}
-        else:
+        body, reply = commands.decode(commands.BudgetRemove, msg.data)
+        if body is not None:
             reply = await self.remove(Caller.from_dict(msgspec.to_builtins(body.caller)), body.path, body.reason,
                                       body.request_id)
         await msg.respond(reply_json(reply))

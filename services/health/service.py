@@ -24,7 +24,7 @@ import msgspec
 
 from timeshare import events as ev
 
-from ..common import healthz, subjects
+from ..common import commands, healthz, subjects
 from ..common.bus import Bus, reply_json
 from ..common.cluster_config import ClusterConfig
 from ..common.settings import Settings
@@ -139,10 +139,10 @@ class Health:
 
     # -- heartbeats and reports -------------------------------------------------------------
     async def _on_heartbeat(self, msg) -> None:
-        try:
-            node = msgspec.json.decode(msg.data)["node"]
-        except Exception:
-            return
+        body, _ = commands.decode(commands.Heartbeat, msg.data)
+        if body is None:
+            return  # a heartbeat has no reply: a malformed one is dropped
+        node = body.node
         if node in self.nodes:
             self.last_heartbeat[node] = time.monotonic()
             self.nodes[node]["last_heartbeat_ms"] = self.clock.now_ms()
@@ -167,7 +167,10 @@ class Health:
         return e.event_id
 
     async def _on_report(self, msg) -> None:
-        body = msgspec.json.decode(msg.data)
+        cmd, refused = commands.decode(commands.HealthReport, msg.data)
+        if cmd is None:
+            return await msg.respond(reply_json(refused))
+        body = msgspec.to_builtins(cmd)
         node = body.get("node")
         if node not in self.nodes:
             return await msg.respond(reply_json({"error": f"unknown node {node!r}", "status": 404}))
@@ -210,7 +213,10 @@ class Health:
         return e.event_id
 
     async def _on_repaired(self, msg) -> None:
-        body = msgspec.json.decode(msg.data)
+        cmd, refused = commands.decode(commands.Repaired, msg.data)
+        if cmd is None:
+            return await msg.respond(reply_json(refused))
+        body = msgspec.to_builtins(cmd)
         node = body.get("node")
         if node not in self.nodes:
             return await msg.respond(reply_json({"error": f"unknown node {node!r}", "status": 404}))
