@@ -81,6 +81,13 @@ class Bus:
         creds = settings.nats_credential_table()
         user = role or nats_auth.role_of(name)
         auth = {"user": user, "password": creds[user]} if user in creds else {}
+        if settings.nats_tls_ca or settings.nats_tls_cert:
+            import ssl
+
+            tls = ssl.create_default_context(cafile=settings.nats_tls_ca or None)
+            if settings.nats_tls_cert:
+                tls.load_cert_chain(settings.nats_tls_cert, settings.nats_tls_key or None)
+            auth["tls"] = tls
 
         async def reconnected() -> None:
             bus = holder.get("bus")

@@ -18,6 +18,11 @@ class Settings:
     #: NATS passwords per service user: a JSON object {user: password} or a path to one
     #: (services/common/nats_auth.py); empty: connect without credentials
     nats_credentials: str = ""
+    #: TLS to NATS (with a tls:// URL): the CA that signed the server's certificate, and an
+    #: optional client certificate and key (a server with verify: true asks for one)
+    nats_tls_ca: str = ""
+    nats_tls_cert: str = ""
+    nats_tls_key: str = ""
     #: PostgreSQL DSN, or "memory" for the in-memory store rebuilt from the stream
     database_url: str = "memory"
     #: scenario/cluster file with [[pools]], [allocations] and [policy] (a simulator scenario works)
@@ -33,6 +38,9 @@ class Settings:
     #: gateway HTTP address
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    #: the gateway serves HTTPS with this certificate and key (both or neither)
+    http_tls_cert: str = ""
+    http_tls_key: str = ""
     #: bearer tokens: a JSON object or a path to a JSON file {token: {user, manages: [...], admin}}
     tokens: str = ""
     #: placement lease time-to-live; a standby takes over this long after the holder dies

@@ -94,6 +94,8 @@ class NatsServer:
     auth: bool = True
     credentials: dict | None = None
     credentials_file: str = ""
+    #: more configuration (e.g. a ``tls { cert_file: ..., key_file: ... }`` block)
+    extra_conf: str = ""
 
     @property
     def pid_file(self) -> str:
@@ -137,6 +139,11 @@ class NatsServer:
 
             conf, self.credentials_file = nats_auth.write_files(self.store_dir, self.credentials)
             conf_args = ["-c", conf]
+        if self.extra_conf:
+            main = os.path.join(self.store_dir, "nats-server.conf")
+            with open(main, "w") as fh:
+                fh.write(self.extra_conf + "\n" + (f"include {os.path.basename(conf_args[1])}\n" if conf_args else ""))
+            conf_args = ["-c", main]
         self.proc = subprocess.Popen(
             [nats_server_binary(), *conf_args, "-js", "-sd", self.store_dir, "-a", "127.0.0.1", "-p", str(self.port),
              "-P", self.pid_file, *self.extra_args],
