@@ -230,6 +230,8 @@ async def main(argv=None) -> int:
               f"{'PostgreSQL ' + database_url if pg else 'in-memory'}, NATS {nats_server.url}\n"
               f"  gateway:  {url}   (OpenAPI: {url}/docs)\n"
               f"  tokens:   dev-admin (admin), dev-research / dev-product (managers), dev-user\n"
+              f"  NATS:     a user per service; passwords in {nats_server.credentials_file} (the nats CLI: "
+              f"--user operator --password <its operator entry>)\n"
               f"  try:      curl -H 'Authorization: Bearer dev-user' {url}/v1/queue\n"
               f"            TIMESHARE_URL={url} TIMESHARE_TOKEN=dev-admin timeshare queue\n"
               f"  synthetic submissions: {args.rate}/s, durations / {args.speed:g}.  Ctrl-C stops everything.\n",

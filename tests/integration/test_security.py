@@ -328,3 +328,25 @@ async def _health_names(http, seq: int):
     body = (await http.get("/healthz")).json()
     p = body["services"].get("placement") or {}
     return body if (p.get("untrusted_record") or {}).get("seq") == seq else None
+
+
+async def test_the_cli_retires_an_empty_node_and_says_why_it_cannot_retire_one_with_work(stack):
+    from .test_cli import timeshare
+
+    async with client(stack, "tok-carol") as carol:
+        assert (await carol.post("/v1/workloads", json={**BASE, "id": "busy", "work_s": 600})).status_code == 202
+        await wait_for(lambda: _visible(carol, "busy"), what="busy in the gateway")
+    r = await timeshare(stack, "tok-admin", "budget", "set", "beta/old=1", "--reason", "a team")
+    assert r.returncode == 0, r.stderr
+    r = await timeshare(stack, "tok-admin", "budget", "remove", "beta/old", "--reason", "the team left")
+    assert r.returncode == 0 and "removed beta/old" in r.stdout, r.stderr
+    r = await timeshare(stack, "tok-admin", "budget", "remove", "alpha/train", "--reason", "typo")
+    assert r.returncode == 1 and "409" in r.stderr and "still holds" in r.stderr and "Traceback" not in r.stderr
+    r = await timeshare(stack, "tok-admin", "budget", "set", "alpha/train/sub=1", "--reason", "typo")
+    assert r.returncode == 1 and "alpha/train is a leaf holding 1" in r.stderr and "Traceback" not in r.stderr
+    for bad in ("x=nan", "x=inf", "x=lots", "x=-1"):
+        r = await timeshare(stack, "tok-admin", "budget", "set", bad, "--reason", "r")
+        assert r.returncode == 2 and "argument PATH=SHARE" in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+    async with client(stack, "tok-admin") as admin:
+        history = (await admin.get("/v1/allocations/history")).json()["changes"]
+        assert [h["reason"] for h in history] == ["a team", "the team left"]

@@ -92,3 +92,46 @@ async def test_services_talk_to_nats_over_tls_and_the_gateway_serves_https(make_
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+async def test_a_nats_server_that_verifies_clients_admits_only_a_certificate_it_signed(tmp_path):
+    """Mutual TLS: ``verify: true`` on the server; a service with TIMESHARE_NATS_TLS_CERT/_KEY
+    connects (as its NATS user), the same password without a client certificate does not."""
+    from services.common.bus import Bus
+    from services.common.settings import Settings
+
+    work = Path(tempfile.mkdtemp(prefix="timeshare-mtls-"))
+    certs = _certs(work)
+    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key", "-out", "client.csr",
+                    "-subj", "/CN=timeshare-gateway"], cwd=work, check=True, capture_output=True)
+    (work / "client-ext").write_text("extendedKeyUsage=clientAuth\n")
+    subprocess.run(["openssl", "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                    "-CAcreateserial", "-out", "client.pem", "-days", "1", "-extfile", "client-ext"],
+                   cwd=work, check=True, capture_output=True)
+    server = NatsServer(str(work / "nats"), extra_conf=(
+        f'tls {{ cert_file: "{certs["cert"]}", key_file: "{certs["key"]}", ca_file: "{certs["ca"]}", '
+        'verify: true }')).start()
+    try:
+        base = Settings(nats_url=f"tls://127.0.0.1:{server.port}", nats_credentials=server.credentials_file,
+                        nats_tls_ca=certs["ca"])
+        bus = await Bus.connect(Settings(**{**base.__dict__, "nats_tls_cert": str(work / "client.pem"),
+                                            "nats_tls_key": str(work / "client.key")}), "c", name="gateway")
+        try:
+            assert bus.nc.is_connected
+            await bus.nc.flush(timeout=5)
+        finally:
+            await bus.close()
+        creds = json.loads(Path(server.credentials_file).read_text())
+        errors: list[str] = []
+
+        async def on_error(exc):
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+        with pytest.raises(Exception):
+            await nats.connect(base.nats_url, user="gateway", password=creds["gateway"],
+                               tls=ssl.create_default_context(cafile=certs["ca"]), allow_reconnect=False,
+                               max_reconnect_attempts=0, connect_timeout=2, error_cb=on_error)
+        assert any("CERTIFICATE_REQUIRED" in e for e in errors), errors
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
