@@ -82,6 +82,23 @@ class UntrustedLog(Exception):
         self.reason = reason
 
 
+_raw_object = msgspec.json.Decoder(dict)
+
+
+def unknown_fields(raw: bytes, e: ev.Event) -> str | None:
+    """The first top-level field of a proposed event that its type does not have (None: none).
+
+    Events are not declared with ``forbid_unknown_fields`` (a log written by a newer version must
+    stay readable); a *proposal* is checked here instead, so ``{"admin": true, ...}`` or a typo
+    is refused rather than silently dropped. (A submission's workload is a WorkloadSpec, which
+    forbids unknown fields itself.)"""
+    known = type(e).__struct_fields__
+    for key in _raw_object.decode(raw):
+        if key != "type" and key not in known:
+            return key
+    return None
+
+
 def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
     """Why ``e`` cannot be applied to ``state`` (None when it can), checked before ``apply``
     touches anything: the log is written by placement alone, but a record that was forged (or
@@ -566,6 +583,12 @@ class Placement:
                     e = decode_event(m.data)
                 except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                     dead.append((m, f"undecodable event: {exc}"))
+                    continue
+                unknown = unknown_fields(m.data, e)
+                if unknown:
+                    dead.append((m, f"{ev.event_type(e)} {e.event_id}: unknown field {unknown!r} (a typo, or "
+                                    "a field this version does not know: refused rather than ignored)"))
+                    self.stats["rejected"] += 1
                     continue
                 if e.event_id in self.applied_ids:
                     self.stats["duplicates"] += 1

@@ -14,6 +14,7 @@ from services.common import subjects
 from services.common.auth import token_hash
 from services.devstack.stack import Stack
 from timeshare import events as ev
+from timeshare.workload import WorkloadSpec
 
 from .helpers import client, log_events, of_type, wait_events, wait_for
 from .test_poison import dead_letters
@@ -350,3 +351,15 @@ async def test_the_cli_retires_an_empty_node_and_says_why_it_cannot_retire_one_w
     async with client(stack, "tok-admin") as admin:
         history = (await admin.get("/v1/allocations/history")).json()["changes"]
         assert [h["reason"] for h in history] == ["a team", "the team left"]
+
+
+async def test_a_proposal_with_an_unknown_field_is_refused_not_silently_dropped(stack):
+    cluster = stack.settings.cluster
+    gw = stack["gateway"]
+    spec = WorkloadSpec(id="extra", submit_s=0, project="alpha/train", gpu_type="H100", gpus=1, work_s=5, user="carol")
+    body = msgspec.to_builtins(ev.WorkloadSubmitted(event_id="sub.extra", at_ms=0, cluster=cluster, workload=spec))
+    body["urgent"] = True  # a field no version has
+    await gw.bus.js.publish(subjects.inbox_subject(cluster, "workload.submitted"), msgspec.json.encode(body))
+    reasons = await wait_for(lambda: _reasons(gw.bus, f"placement-{cluster}"), what="the dead letter")
+    assert any("unknown field 'urgent'" in r for r in reasons), reasons
+    assert "extra" not in {e.workload.id for e in of_type(await log_events(gw.bus, cluster), ev.WorkloadSubmitted)}
