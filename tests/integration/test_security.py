@@ -230,6 +230,11 @@ async def test_nats_itself_refuses_forged_publishes_and_anonymous_clients(stack,
         ("budget", subjects.log_subject(cluster, "budget.changed"), ev.encoder.encode(change)),
         ("ledger", f"$KV.{subjects.LEASE_BUCKET}.placement.{cluster}", b"mallory"),
         ("gateway", f"$O.{subjects.SNAPSHOT_BUCKET}.M.x", b"pickle"),
+        # nor wipe the log through the JetStream API
+        ("executor", f"$JS.API.STREAM.PURGE.{subjects.LOG_STREAM}", b"{}"),
+        ("gateway", f"$JS.API.STREAM.MSG.DELETE.{subjects.LOG_STREAM}", b'{"seq": 1}'),
+        ("budget", f"$JS.API.STREAM.DELETE.{subjects.LOG_STREAM}", b""),
+        ("ledger", f"$KV.{subjects.OPERATOR_BUCKET}.skip.{cluster}", b'{"1": {}}'),
     ]
     for user, subject, payload in attempts:
         errors = []
