@@ -72,6 +72,8 @@ class Bus:
         self.js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
         self.settings = settings
         self.cluster = cluster
+        #: the NATS user this connection authenticated as (None: no credentials)
+        self.role: str | None = None
 
     @classmethod
     async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare", role: str | None = None) -> "Bus":
@@ -105,6 +107,7 @@ class Bus:
                                 reconnect_time_wait=0.5, reconnected_cb=reconnected,
                                 disconnected_cb=disconnected, error_cb=error, **auth)
         holder["bus"] = bus = cls(nc, settings, cluster)
+        bus.role = user if "user" in auth else None
         return bus
 
     async def close(self) -> None:
@@ -126,6 +129,11 @@ class Bus:
             try:
                 await self.js.add_stream(cfg)
             except BadRequestError:
+                if self.role not in (None, "placement", nats_auth.OPERATOR):
+                    # only placement and the operator may change a stream (NATS permissions):
+                    # a service's user could otherwise shrink the log's limits and wipe it
+                    log.warning("stream %s differs from infra/nats.json; placement updates it", s["name"])
+                    continue
                 await self.js.update_stream(cfg)
         for c in defs["consumers"]:
             try:

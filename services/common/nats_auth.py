@@ -16,9 +16,10 @@ log. With it, the server itself refuses the publish (a "Permissions Violation"):
   operator's tools (``nats`` CLI, ``python -m services.placement.skip``). Keep its password
   off service hosts.
 
-Left open (documented in docs/2026-12-01-security.md): every service may still call the
-JetStream API to create/update streams and consumers (each one creates what it uses at start);
-stream deletion and purges are denied to all but placement and the operator.
+Left open (documented in docs/2026-12-01-security.md): every service may still create streams
+(an existing one is left as it is: creating it again with another configuration fails) and
+create or delete consumers (each creates what it uses at start). Updating a stream (its limits
+could wipe it), deleting or purging one is for placement and the operator only.
 
 ``python -m services.common.nats_auth DIR`` writes ``DIR/nats-auth.conf`` (include it from the
 server's configuration) and ``DIR/nats-credentials.json`` (``TIMESHARE_NATS_CREDENTIALS``), both
@@ -41,7 +42,7 @@ ROLES = (*SERVICES, OPERATOR)
 # uses at start), pull deliveries (requests on CONSUMER.MSG.NEXT, replies on _INBOX), acks,
 # direct gets (KV reads), and the dead-letter stream
 _JS_CLIENT = ["$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
-              "$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.MSG.GET.>",
+              "$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.MSG.GET.>",
               "$JS.API.DIRECT.GET.>", "$JS.API.CONSUMER.>", "$JS.ACK.>", "timeshare.dlq.>"]
 _Q = "timeshare.query.v1.*"
 _C = "timeshare.cmd.v1.*"
@@ -55,6 +56,8 @@ def _healthz(service: str) -> str:
 PERMISSIONS: dict[str, dict[str, list[str]]] = {
     "placement": {
         "publish": [*_JS_CLIENT, "timeshare.v1.>", "$KV.timeshare_leases.>", "$O.timeshare_snapshots.>",
+                    # changing a stream's configuration (its limits could wipe it): placement only
+                    "$JS.API.STREAM.UPDATE.>",
                     "$JS.API.STREAM.PURGE.OBJ_timeshare_snapshots",
                     # the manual clock's tick names its reply subject in a header (an _INBOX)
                     "_INBOX.>"],

@@ -234,6 +234,8 @@ async def test_nats_itself_refuses_forged_publishes_and_anonymous_clients(stack,
         ("executor", f"$JS.API.STREAM.PURGE.{subjects.LOG_STREAM}", b"{}"),
         ("gateway", f"$JS.API.STREAM.MSG.DELETE.{subjects.LOG_STREAM}", b'{"seq": 1}'),
         ("budget", f"$JS.API.STREAM.DELETE.{subjects.LOG_STREAM}", b""),
+        ("health", f"$JS.API.STREAM.UPDATE.{subjects.LOG_STREAM}",
+         b'{"name": "TIMESHARE", "subjects": ["timeshare.v1.>"], "max_msgs": 1}'),
         ("ledger", f"$KV.{subjects.OPERATOR_BUCKET}.skip.{cluster}", b'{"1": {}}'),
     ]
     for user, subject, payload in attempts:
