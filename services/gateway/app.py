@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from timeshare import events as ev
 from timeshare.cluster import PlacementError
 from timeshare.tree import MAX_PATH_CHARS, MAX_SHARE, TreeError
-from timeshare.workload import PRIORITIES, ContractError, WorkloadSpec, check_contract
+from timeshare.workload import ContractError, WorkloadSpec, check_contract
 
 from ..common import healthz as health_reports
 from ..common import subjects

@@ -18,6 +18,8 @@ from typing import Annotated
 import msgspec
 from fastapi import HTTPException
 
+from timeshare.workload import PRIORITIES
+
 #: a request body larger than this is refused with 413 before it is read (a submission is
 #: well under 1 kB; a command line of a few hundred arguments fits)
 MAX_BODY_BYTES = 64 * 1024
@@ -77,7 +79,8 @@ def submit_schema() -> dict:
             "work_s": "declared work time in seconds (the simulated executor runs this long)",
             "min_runtime_s": "protected minimum runtime, at most work_s; 0 = unallocated (always preemptible, "
                              "never charged)",
-            "resumable": "requeued automatically when preempted", "priority": "order inside the team",
+            "resumable": "requeued automatically when preempted",
+            "priority": f"order inside the team: {', '.join(PRIORITIES)}",
             "kind": "free label (debug, training, eval...)",
             "checkpoint_interval_s": "resumable work keeps progress at these intervals",
             "command": "process executor: the command to run",
