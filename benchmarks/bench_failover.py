@@ -90,7 +90,7 @@ async def run(sizes: list[int], snapshot_every: int) -> None:
     try:
         for n in sizes:
             cluster = f"f{n}"
-            base = Settings(nats_url=nats.url, database_url="memory", cluster_file=DEFAULT_CLUSTER_FILE,
+            base = Settings(nats_url=nats.url, nats_credentials=nats.credentials_file, database_url="memory", cluster_file=DEFAULT_CLUSTER_FILE,
                             cluster=cluster, clock="manual", lease_ttl_s=5.0, log_level="WARNING", snapshot_every=0)
             config = load_cluster(DEFAULT_CLUSTER_FILE, cluster)
             bus = await Bus.connect(base, cluster, name="bench")

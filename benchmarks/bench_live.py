@@ -114,7 +114,10 @@ async def load(args, settings, url: str) -> None:
     from services.common import subjects
     from timeshare import events as ev
 
-    nc = await nats.connect(settings["nats_url"])
+    import json as _json
+
+    creds = _json.loads(open(settings["nats_credentials"]).read())  # the operator reads the log
+    nc = await nats.connect(settings["nats_url"], user="operator", password=creds["operator"])
     started: dict[str, tuple[int, float]] = {}
     submitted_ms: dict[str, int] = {}
     done = asyncio.Event()
@@ -254,7 +257,7 @@ def main() -> int:
     nats_server = NatsServer(str(tmp / "nats")).start()
     pg = PostgresServer().start() if (postgres_bin_dir() and not args.memory) else None
     port = free_port()
-    settings = {"nats_url": nats_server.url, "database_url": pg.dsn if pg else "memory",
+    settings = {"nats_url": nats_server.url, "nats_credentials": nats_server.credentials_file, "database_url": pg.dsn if pg else "memory",
                 "cluster_file": str(cluster_file), "cluster": "bench", "http_port": port,
                 "tokens": json.dumps(TOKENS), "time_scale": 0.2, "heartbeat_timeout_s": 0.0}
     # placement, the gateway and the other services in separate processes (as deployed)

@@ -6,6 +6,8 @@
     timeshare queue [--user alice] [--project tulu] [--gpu-type H100]
     timeshare nodes | nodes repair <node>
     timeshare budget show | budget set tulu/rl=4 tulu/code=2 --reason "..." | budget history
+    timeshare budget remove tulu/old --reason "..."
+    timeshare token new --user alice --member-of tulu/rl [--manages tulu] [--admin] [--add-to tokens.json]
     timeshare budget report --from 2d --to now
 
 Durations are written as people do ("2h30m", "2hours", "90min", "1 day"); times are printed in
@@ -292,6 +294,43 @@ def _cmd_budget_set(args) -> int:
     return _out(args, r, "\n".join(lines))
 
 
+def _cmd_budget_remove(args) -> int:
+    r = _call(args, "POST", "/v1/allocations/remove", json={"path": args.path, "reason": args.reason})
+    return _out(args, r, f"removed {', '.join(r['removed'])} ({r['event_id']})")
+
+
+def _cmd_token_new(args) -> int:
+    """A fresh random token and its table entry (only the sha256 of the token is stored)."""
+    import secrets
+
+    from .common.auth import token_hash
+
+    token = secrets.token_urlsafe(32)
+    entry = {"user": args.user}
+    if args.member_of:
+        entry["member_of"] = args.member_of
+    if args.manages:
+        entry["manages"] = args.manages
+    if args.admin:
+        entry["admin"] = True
+    key = token_hash(token)
+    if args.add_to:
+        try:
+            with open(args.add_to) as fh:
+                table = json.load(fh)
+        except FileNotFoundError:
+            table = {}
+        table[key] = entry
+        fd = os.open(args.add_to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # readable by its owner only
+        with os.fdopen(fd, "w") as fh:
+            json.dump(table, fh, indent=2)
+        print(f"added {args.user} to {args.add_to}", file=sys.stderr)
+    else:
+        print(json.dumps({key: entry}))
+    print(f"token for {args.user} (shown once, keep it secret): {token}", file=sys.stderr)
+    return 0
+
+
 def _cmd_budget_history(args) -> int:
     r = _call(args, "GET", "/v1/allocations/history")
     lines = []
@@ -358,7 +397,8 @@ def add_parsers(sub) -> None:
         p = common(sub.add_parser(name, help=helptext))
         p.add_argument("id", type=_name)
         p.set_defaults(func=fn)
-    p = common(sub.add_parser("workloads", help="workloads, oldest first (everyone's, or --user's)"))
+    p = common(sub.add_parser("workloads", help="workloads you may see (yours, and those of subtrees you "
+                                                "manage), oldest first"))
     p.add_argument("--user", help="only this user's (the gateway cannot tell a token's user to the CLI)")
     p.add_argument("--state", help="only in this state (pending, running, completed, failed, cancelled, preempted)")
     p.add_argument("--limit", type=_positive_int, default=200)
@@ -375,14 +415,18 @@ def add_parsers(sub) -> None:
     r = common(nsub.add_parser("repair", help="declare a drained or failed node repaired (admins)"))
     r.add_argument("node", type=_name)
     r.set_defaults(func=_cmd_nodes_repair)
-    budget = sub.add_parser("budget", help="the allocation tree (show / set / history / report)")
-    bsub = budget.add_subparsers(dest="budget_command", required=True, metavar="{show,set,history,report}")
+    budget = sub.add_parser("budget", help="the allocation tree (show / set / remove / history / report)")
+    bsub = budget.add_subparsers(dest="budget_command", required=True, metavar="{show,set,remove,history,report}")
     p = common(bsub.add_parser("show", help="shares, fractions and usage ratios"))
     p.set_defaults(func=_cmd_budget_show)
     p = common(bsub.add_parser("set", help="change shares: path=share ..."))
     p.add_argument("shares", nargs="+", type=_share, metavar="PATH=SHARE")
     p.add_argument("--reason", required=True)
     p.set_defaults(func=_cmd_budget_set)
+    p = common(bsub.add_parser("remove", help="retire a node that holds no pending or running work"))
+    p.add_argument("path", help="the node (and its subtree) to retire, e.g. tulu/old-team")
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=_cmd_budget_remove)
     p = common(bsub.add_parser("history", help="the audit log of budget changes"))
     p.set_defaults(func=_cmd_budget_history)
     p = common(bsub.add_parser("report", help="GPU-hours owed / delivered and attainment per team (the ledger)"))
@@ -391,3 +435,12 @@ def add_parsers(sub) -> None:
                         "(default: the first event)")
     p.add_argument("--to", dest="end", type=_when, default=NOW, metavar="WHEN", help="end (default: now)")
     p.set_defaults(func=_cmd_budget_report)
+    token = sub.add_parser("token", help="gateway tokens (new: a random token and its hashed table entry)")
+    tsub = token.add_subparsers(dest="token_command", required=True, metavar="{new}")
+    p = tsub.add_parser("new", help="print a new token (once) and its entry {\"sha256:...\": {...}}")
+    p.add_argument("--user", required=True)
+    p.add_argument("--member-of", action="append", default=[], metavar="LEAF", help="may submit to this leaf or subtree")
+    p.add_argument("--manages", action="append", default=[], metavar="PATH", help="manages this subtree")
+    p.add_argument("--admin", action="store_true")
+    p.add_argument("--add-to", metavar="FILE", help="add the entry to this token file (created 0600)")
+    p.set_defaults(func=_cmd_token_new)

@@ -1,29 +1,23 @@
 """Budget's request/reply handlers on a faststream router (msgspec-typed requests).
 
 ``budget.set``: change shares (answered once the change is in the log, or with an error and
-an HTTP-like status); ``budget.history``: the audit log; ``healthz.budget``: its health report.
+an HTTP-like status); ``budget.remove``: retire a node that holds no work; ``budget.history``:
+the audit log; ``healthz.budget``: its health report. The command bodies are the strict
+structs of ``services/common/commands.py`` (unknown fields refused, 400 naming them).
 """
 
 from __future__ import annotations
 
+import msgspec
 
 from ..common import healthz, subjects
 from ..common.auth import Caller
-from ..common.broker import Message, NatsRouter
+from ..common.broker import NatsRouter
+from ..common.commands import BudgetRemove, BudgetSet
 
 
-class CallerMsg(Message, kw_only=True):
-    user: str
-    manages: list[str] = []
-    admin: bool = False
-
-
-class BudgetSet(Message, kw_only=True):
-    """Change the shares of tree nodes; ``request_id`` becomes the event id (a retry dedups)."""
-    caller: CallerMsg
-    shares: dict[str, float] = {}
-    reason: str = ""
-    request_id: str
+def _caller(body) -> Caller:
+    return Caller.from_dict(msgspec.to_builtins(body))
 
 
 def router(service, cluster: str) -> NatsRouter:
@@ -33,8 +27,13 @@ def router(service, cluster: str) -> NatsRouter:
     @r.subscriber(subjects.cmd_subject(cluster, "budget.set"), title="budget.set",
                   description="change shares; reply: changed + fractions once in the log, or error + status")
     async def budget_set(cmd: BudgetSet) -> dict:
-        caller = Caller(cmd.caller.user, tuple(cmd.caller.manages), cmd.caller.admin)
-        return await service.change(caller, cmd.shares, cmd.reason, cmd.request_id)
+        return await service.change(_caller(cmd.caller), cmd.shares, cmd.reason, cmd.request_id)
+
+    @r.subscriber(subjects.cmd_subject(cluster, "budget.remove"), title="budget.remove",
+                  description="retire a node and its subtree once no pending or running work is charged below "
+                              "it; reply: removed paths, or error + status (403, 404, 409 naming the busy leaves)")
+    async def budget_remove(cmd: BudgetRemove) -> dict:
+        return await service.remove(_caller(cmd.caller), cmd.path, cmd.reason, cmd.request_id)
 
     @r.subscriber(subjects.query_subject(cluster, "budget.history"), title="budget.history",
                   description="every budget change (who, old, new, why) and the current shares")

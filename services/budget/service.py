@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from timeshare import events as ev
-from timeshare.tree import AllocationTree, TreeError
+import msgspec
 
-from ..common import healthz
+from timeshare import events as ev
+from timeshare.tree import AllocationTree, TreeError, check_change, check_removal
+
+from ..common import healthz, subjects
 from ..common.auth import Caller
 from ..common.bus import Bus
 from ..common.cluster_config import ClusterConfig
@@ -25,6 +27,10 @@ from ..common.projector import Projector
 from ..common.store import Changes, make_store
 
 log = logging.getLogger("timeshare.budget")
+
+
+class Unanswered(Exception):
+    pass
 
 
 class Budget:
@@ -120,25 +126,65 @@ class Budget:
                 return {"error": f"{caller.user} manages {managed}; may not change {', '.join(refused)} "
                                  "(a manager changes the shares of children of nodes they manage)", "status": 403}
             try:
-                new_tree = self.tree.with_shares({p: float(v) for p, v in shares.items()})
+                work = await self._work_by_leaf() if any(p not in self.tree.nodes for p in shares) else {}
+                new_tree = check_change(self.tree, shares, work)
             except (TreeError, TypeError, ValueError) as exc:
                 return {"error": f"invalid allocation: {exc}", "status": 400}
-            old = self.tree.shares()
-            event = ev.BudgetChanged(event_id=request_id, at_ms=self.clock.now_ms(), cluster=self.cluster,
-                                     by=caller.user, reason=reason, old=old, new=new_tree.shares())
-            fut = asyncio.get_running_loop().create_future()
-            self.waiters[event.event_id] = fut
-            try:
-                await self.bus.propose(event)
-                await asyncio.wait_for(fut, 10)
-            except asyncio.TimeoutError:
-                return {"error": "the change was sent but is not in the log yet (is placement running?)",
-                        "status": 503}
-            finally:
-                self.waiters.pop(event.event_id, None)
-            changed = {p: {"old": old.get(p), "new": new_tree.shares()[p]} for p in sorted(shares)}
-            return {"event_id": event.event_id, "changed": changed,
+            except Unanswered as exc:
+                return {"error": str(exc), "status": 503}
+            reply = await self._propose(caller, reason, request_id, new_tree)
+            if "error" in reply:
+                return reply
+            changed = {p: {"old": reply["old"].get(p), "new": new_tree.shares()[p]} for p in sorted(shares)}
+            return {"event_id": reply["event_id"], "changed": changed,
                     "fractions": {p: round(n.fraction, 6) for p, n in sorted(self.tree.nodes.items())}}
+
+    async def remove(self, caller: Caller, path: str, reason: str, request_id: str) -> dict:
+        """Retire ``path`` (and its subtree) once no pending or running work is charged below it."""
+        if not reason.strip():
+            return {"error": "reason: say why (it goes into the audit log)", "status": 400}
+        async with self.lock:
+            if not caller.may_change_share_of(path):
+                return {"error": f"{caller.user} manages {', '.join(caller.manages) or 'nothing'}; may not remove "
+                                 f"{path} (a manager retires children of nodes they manage)", "status": 403}
+            if path not in self.tree.nodes:
+                return {"error": f"path: unknown allocation {path!r}", "status": 404}
+            try:
+                new_tree = check_removal(self.tree, path, await self._work_by_leaf())
+            except TreeError as exc:
+                return {"error": f"path: {exc}", "status": 409}
+            except Unanswered as exc:
+                return {"error": str(exc), "status": 503}
+            reply = await self._propose(caller, reason, request_id, new_tree)
+            if "error" in reply:
+                return reply
+            return {"event_id": reply["event_id"], "removed": sorted(p for p in reply["old"] if p not in
+                                                                     new_tree.nodes)}
+
+    async def _work_by_leaf(self) -> dict[str, int]:
+        """Pending or running workloads per leaf, from placement (which holds them)."""
+        try:
+            msg = await self.bus.nc.request(subjects.query_subject(self.cluster, "work"), b"{}", timeout=5)
+            return msgspec.json.decode(msg.data)["work_by_leaf"]
+        except Exception:
+            raise Unanswered("placement did not say which leaves hold work (is it running?); nothing changed") \
+                from None
+
+    async def _propose(self, caller: Caller, reason: str, request_id: str, new_tree: AllocationTree) -> dict:
+        old = self.tree.shares()
+        event = ev.BudgetChanged(event_id=request_id, at_ms=self.clock.now_ms(), cluster=self.cluster,
+                                 by=caller.user, reason=reason, old=old, new=new_tree.shares())
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters[event.event_id] = fut
+        try:
+            await self.bus.propose(event)
+            await asyncio.wait_for(fut, 10)
+        except asyncio.TimeoutError:
+            return {"error": "the change was sent but is not in the log yet (is placement running? a change "
+                             "placement refused is in the dead-letter stream with the reason)", "status": 503}
+        finally:
+            self.waiters.pop(event.event_id, None)
+        return {"event_id": event.event_id, "old": old}
 
     async def history(self) -> dict:
         history = await self.store.journal("history", self.cluster)

@@ -20,15 +20,19 @@ unanswered, which the caller would see as a timeout).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
+from typing import Any
 
 import msgspec
 
 from fast_depends.exceptions import ValidationError
 from fast_depends.msgspec import MsgSpecSerializer
+from fast_depends.msgspec.serializer import _MsgSpecWrappedSerializer, _MsgSpecWrappedSerializerWithResponse
 from faststream.middlewares import ExceptionMiddleware
 from faststream.nats import NatsBroker, NatsRouter
+from faststream.nats.security import NatsSecurity, NatsUserPassword
 
 from .settings import Settings
 
@@ -45,6 +49,32 @@ def _describe(exc: ValidationError) -> str:
     return text[:500]
 
 
+class _StrictWrapped(_MsgSpecWrappedSerializer):
+    """fast_depends' msgspec serializer converts *laxly* (``"false"`` becomes ``False``, ``"3"``
+    becomes 3); a command body is decoded strictly (as ``msgspec.json.decode`` does), and a
+    message type's ``forbid_unknown_fields`` (services/common/commands.py) holds as well."""
+
+    def __call__(self, call_kwargs: dict[str, Any]) -> dict[str, Any]:
+        with self._try_msgspec(call_kwargs, self.options):
+            casted = msgspec.convert(call_kwargs, type=self.model, strict=True, str_keys=True,
+                                     dec_hook=self.dec_hook)
+        return {field: getattr(casted, field, None) for field in self.aliases}
+
+
+class _StrictWrappedWithResponse(_StrictWrapped, _MsgSpecWrappedSerializerWithResponse):
+    pass
+
+
+class StrictMsgSpecSerializer(MsgSpecSerializer):
+    """``MsgSpecSerializer`` with strict conversion of the request (the reply is unchanged)."""
+
+    def __call__(self, *, name: str, options: list, response_type: Any):
+        if response_type is not inspect.Parameter.empty:
+            return _StrictWrappedWithResponse(name=name, options=options, response_type=response_type,
+                                              dec_hook=self.dec_hook)
+        return _StrictWrapped(name=name, options=options, dec_hook=self.dec_hook)
+
+
 malformed_request = ExceptionMiddleware()
 
 
@@ -53,11 +83,27 @@ async def _refuse(exc: ValidationError) -> dict:
     return {"error": f"malformed request: {_describe(exc)}", "status": 400}
 
 
+def _security(settings: Settings, name: str) -> NatsSecurity | None:
+    """The same NATS user, password and TLS as the service's ``Bus.connect`` (``connect_auth``):
+    with NATS auth on, a broker without them is refused ("Authorization Violation"), and its
+    subscriptions must fit that user's permissions (services/common/nats_auth.py)."""
+    from .bus import connect_auth
+
+    auth = connect_auth(settings, name)
+    if "user" in auth:
+        return NatsUserPassword(auth["user"], auth["password"], ssl_context=auth.get("tls"))
+    if auth.get("tls") is not None:
+        return NatsSecurity(ssl_context=auth["tls"])
+    return None
+
+
 def make_broker(settings: Settings, name: str, *routers: NatsRouter) -> NatsBroker:
     """A broker of its own NATS connection for ``name``'s handlers (reconnects for ever, like the
-    service's JetStream connection; core subscriptions are re-made by nats-py on reconnect)."""
+    service's JetStream connection; core subscriptions are re-made by nats-py on reconnect),
+    authenticated as ``name``'s NATS user (``placement-<instance>`` -> placement)."""
     broker = NatsBroker(
-        settings.nats_url.split(","), name=f"{name}-handlers", serializer=MsgSpecSerializer(),
+        settings.nats_url.split(","), name=f"{name}-handlers", serializer=StrictMsgSpecSerializer(),
+        security=_security(settings, name),
         max_reconnect_attempts=-1, reconnect_time_wait=0.5, middlewares=[malformed_request],
         # one line per handled message at DEBUG (a query per HTTP request would flood INFO);
         # a handler that raises is still logged at ERROR with its traceback

@@ -23,7 +23,7 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from timeshare import events as ev
 
-from . import subjects
+from . import nats_auth, subjects
 from .settings import ROOT, Settings
 from .telemetry import inject_context
 
@@ -62,6 +62,32 @@ def infra_definitions(settings: Settings, cluster: str) -> dict:
     return fill(json.loads(Path(INFRA_FILE).read_text()))
 
 
+def nats_tls(settings: Settings):
+    """The TLS context for NATS (``TIMESHARE_NATS_TLS_CA`` / ``_CERT`` / ``_KEY``), or None."""
+    if not (settings.nats_tls_ca or settings.nats_tls_cert):
+        return None
+    import ssl
+
+    tls = ssl.create_default_context(cafile=settings.nats_tls_ca or None)
+    if settings.nats_tls_cert:
+        tls.load_cert_chain(settings.nats_tls_cert, settings.nats_tls_key or None)
+    return tls
+
+
+def connect_auth(settings: Settings, name: str, role: str | None = None) -> dict:
+    """``nats.connect`` keyword arguments for a connection named ``name``: the NATS user of
+    ``role`` (default: the service ``name`` starts with, else the operator) and its password
+    when ``settings`` carry NATS credentials, and TLS when configured. Every connection of a
+    service (its ``Bus`` and its faststream broker, ``broker.make_broker``) uses these."""
+    creds = settings.nats_credential_table()
+    user = role or nats_auth.role_of(name)
+    auth: dict = {"user": user, "password": creds[user]} if user in creds else {}
+    tls = nats_tls(settings)
+    if tls is not None:
+        auth["tls"] = tls
+    return auth
+
+
 class Bus:
     def __init__(self, nc, settings: Settings, cluster: str):
         self.nc = nc
@@ -72,10 +98,16 @@ class Bus:
         self.js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
         self.settings = settings
         self.cluster = cluster
+        #: the NATS user this connection authenticated as (None: no credentials)
+        self.role: str | None = None
 
     @classmethod
-    async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare") -> "Bus":
+    async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare", role: str | None = None) -> "Bus":
+        """Connect as the NATS user of ``role`` (default: the service ``name`` starts with, else
+        the operator) when ``settings`` carry NATS credentials (services/common/nats_auth.py)."""
         holder: dict = {}
+        auth = connect_auth(settings, name, role)
+        user = auth.get("user")
 
         async def reconnected() -> None:
             bus = holder.get("bus")
@@ -91,8 +123,9 @@ class Bus:
 
         nc = await nats.connect(settings.nats_url.split(","), name=name, max_reconnect_attempts=-1,
                                 reconnect_time_wait=0.5, reconnected_cb=reconnected,
-                                disconnected_cb=disconnected, error_cb=error)
+                                disconnected_cb=disconnected, error_cb=error, **auth)
         holder["bus"] = bus = cls(nc, settings, cluster)
+        bus.role = user
         return bus
 
     async def close(self) -> None:
@@ -114,6 +147,11 @@ class Bus:
             try:
                 await self.js.add_stream(cfg)
             except BadRequestError:
+                if self.role not in (None, "placement", nats_auth.OPERATOR):
+                    # only placement and the operator may change a stream (NATS permissions):
+                    # a service's user could otherwise shrink the log's limits and wipe it
+                    log.warning("stream %s differs from infra/nats.json; placement updates it", s["name"])
+                    continue
                 await self.js.update_stream(cfg)
         for c in defs["consumers"]:
             try:

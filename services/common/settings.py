@@ -15,6 +15,14 @@ DEFAULT_CLUSTER_FILE = str(ROOT / "infra" / "demo" / "cluster.toml")
 class Settings:
     #: NATS server URL(s), comma separated
     nats_url: str = "nats://127.0.0.1:4222"
+    #: NATS passwords per service user: a JSON object {user: password} or a path to one
+    #: (services/common/nats_auth.py); empty: connect without credentials
+    nats_credentials: str = ""
+    #: TLS to NATS (with a tls:// URL): the CA that signed the server's certificate, and an
+    #: optional client certificate and key (a server with verify: true asks for one)
+    nats_tls_ca: str = ""
+    nats_tls_cert: str = ""
+    nats_tls_key: str = ""
     #: PostgreSQL DSN, or "memory" for the in-memory store rebuilt from the stream
     database_url: str = "memory"
     #: scenario/cluster file with [[pools]], [allocations] and [policy] (a simulator scenario works)
@@ -30,6 +38,9 @@ class Settings:
     #: gateway HTTP address
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    #: the gateway serves HTTPS with this certificate and key (both or neither)
+    http_tls_cert: str = ""
+    http_tls_key: str = ""
     #: bearer tokens: a JSON object or a path to a JSON file {token: {user, manages: [...], admin}}
     tokens: str = ""
     #: placement lease time-to-live; a standby takes over this long after the holder dies
@@ -61,6 +72,8 @@ class Settings:
     #: "auto" (on unless TIMESHARE_DATABASE_URL is memory: an in-memory projection rebuilds
     #: from the whole stream), "on" or "off"
     purge_log: str = "auto"
+    #: gateway: a user (not an admin) with this many pending workloads is refused more (429); 0 = no limit
+    max_pending_per_user: int = 1000
 
     @property
     def purges_log(self) -> bool:
@@ -83,6 +96,17 @@ class Settings:
     def env(self) -> dict[str, str]:
         """These settings as environment variables (to start a service in a subprocess)."""
         return {"TIMESHARE_" + f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
+
+    def nats_credential_table(self) -> dict[str, str]:
+        raw = self.nats_credentials.strip()
+        if not raw:
+            return {}
+        if not raw.startswith("{"):
+            raw = Path(raw).read_text()
+        table = json.loads(raw)
+        if not isinstance(table, dict):
+            raise ValueError("TIMESHARE_NATS_CREDENTIALS: expected a JSON object {user: password}")
+        return table
 
     def token_table(self) -> dict[str, dict]:
         raw = self.tokens.strip()

@@ -18,6 +18,7 @@ INBOX_STREAM = "TIMESHARE_IN"
 DLQ_STREAM = "TIMESHARE_DLQ"
 LEASE_BUCKET = "timeshare_leases"
 USAGE_BUCKET = "timeshare_usage"
+OPERATOR_BUCKET = "timeshare_operator"  # KV: an operator's decisions (log records placement skips)
 SNAPSHOT_BUCKET = "timeshare_snapshots"  # object store: placement's state per cluster, with its log sequence
 
 TICK = "control.tick"  # inbox-only control message of the manual clock (tests, parity runs)

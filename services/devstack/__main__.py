@@ -32,11 +32,13 @@ from .stack import Stack
 
 log = logging.getLogger("timeshare.devstack")
 
+# dev-only tokens for a stack that listens on 127.0.0.1 and lives in .run/devstack: a real
+# deployment reads TIMESHARE_TOKENS from a file of sha256 entries (timeshare token new)
 DEMO_TOKENS = {
     "dev-admin": {"user": "admin", "admin": True},
     "dev-research": {"user": "research-lead", "manages": ["research"]},
     "dev-product": {"user": "product-lead", "manages": ["product"]},
-    "dev-user": {"user": "demo-user"},
+    "dev-user": {"user": "demo-user", "member_of": ["research", "product"]},
     "dev-health": {"user": "health-agent", "manages": ["health"]},
 }
 
@@ -126,7 +128,7 @@ async def heartbeats(stack: Stack, stop: asyncio.Event) -> None:
     from ..common import subjects
     import msgspec
 
-    bus = stack["health"].bus
+    bus = stack["gateway"].bus  # heartbeats arrive through the gateway (health may not publish them)
     while not stop.is_set():
         for name in sorted(stack.config.cluster().nodes_by_name):
             await bus.nc.publish(subjects.heartbeat_subject(stack.config.name), msgspec.json.encode({"node": name}))
@@ -209,7 +211,8 @@ async def main(argv=None) -> int:
                 for note in candidate.notes:
                     say("  " + note)
         config = load_cluster(args.cluster_file)
-        settings = replace(Settings.from_env(), nats_url=nats_server.url, database_url=database_url,
+        settings = replace(Settings.from_env(), nats_url=nats_server.url,
+                           nats_credentials=nats_server.credentials_file, database_url=database_url,
                            cluster_file=args.cluster_file, cluster=config.name,
                            http_port=port_or_free(args.port), tokens=json.dumps(DEMO_TOKENS),
                            executor="simulated", time_scale=1.0, heartbeat_timeout_s=30.0,
@@ -227,6 +230,8 @@ async def main(argv=None) -> int:
               f"{'PostgreSQL ' + database_url if pg else 'in-memory'}, NATS {nats_server.url}\n"
               f"  gateway:  {url}   (OpenAPI: {url}/docs)\n"
               f"  tokens:   dev-admin (admin), dev-research / dev-product (managers), dev-user\n"
+              f"  NATS:     a user per service; passwords in {nats_server.credentials_file} (the nats CLI: "
+              f"--user operator --password <its operator entry>)\n"
               f"  try:      curl -H 'Authorization: Bearer dev-user' {url}/v1/queue\n"
               f"            TIMESHARE_URL={url} TIMESHARE_TOKEN=dev-admin timeshare queue\n"
               f"  synthetic submissions: {args.rate}/s, durations / {args.speed:g}.  Ctrl-C stops everything.\n",

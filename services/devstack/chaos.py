@@ -164,7 +164,8 @@ class Chaos:
         config = load_cluster(self.cluster_file, "")
         self.config = config
         self.settings = Settings(
-            nats_url=self.nats.url, database_url=self.pg.dsn, cluster_file=self.cluster_file, cluster=config.name,
+            nats_url=self.nats.url, nats_credentials=self.nats.credentials_file, database_url=self.pg.dsn,
+            cluster_file=self.cluster_file, cluster=config.name,
             http_port=free_port(), tokens=json.dumps({TOKEN: {"user": "chaos", "admin": True}}),
             lease_ttl_s=self.lease_ttl_s, pass_interval_s=5.0, heartbeat_timeout_s=0, time_scale=1.0,
             log_level="INFO", stuck_after_s=30.0, replicas=3 if self.nats_cluster else 1,

@@ -74,7 +74,9 @@ class ManualDriver:
         self.stack = stack
         self.http = http
         self.cluster = stack.settings.cluster
-        self.bus = stack["placement"].bus
+        #: the driver's own NATS connection, as the operator: ticks and executor.advance are
+        #: control messages no service may send (connected on the first run)
+        self.bus = None
         self.timeout_s = timeout_s
         self.log_seq = 0  # the log has been read up to here
         self.node_seq = 0  # ... and its last node.* event is at this sequence (what health follows)
@@ -149,6 +151,17 @@ class ManualDriver:
     # -- the loop -------------------------------------------------------------------------
     async def run(self, scenario) -> list[ev.Event]:
         """Drive ``scenario`` to the end (the simulator's end condition); returns the whole log."""
+        from ..common.bus import Bus
+
+        if self.bus is None:
+            self.bus = await Bus.connect(self.stack.settings, self.cluster, name="driver", role="operator")
+        try:
+            return await self._run(scenario)
+        finally:
+            await self.bus.close()
+            self.bus = None
+
+    async def _run(self, scenario) -> list[ev.Event]:
         heap: list[tuple] = []
         seq = 0
 

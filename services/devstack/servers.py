@@ -89,6 +89,13 @@ class NatsServer:
     #: more nats-server arguments (cluster routes, server name: see NatsCluster)
     extra_args: list[str] = field(default_factory=list)
     name: str = ""
+    #: users and permissions per service (services/common/nats_auth.py): the passwords are in
+    #: ``credentials_file`` (kept in the store dir, so a restart keeps them)
+    auth: bool = True
+    credentials: dict | None = None
+    credentials_file: str = ""
+    #: more configuration (e.g. a ``tls { cert_file: ..., key_file: ... }`` block)
+    extra_conf: str = ""
 
     @property
     def pid_file(self) -> str:
@@ -126,8 +133,19 @@ class NatsServer:
         self._leftover()
         self.log_path = os.path.join(self.store_dir, "nats-server.log")
         log = open(self.log_path, "ab")
+        conf_args: list[str] = []
+        if self.auth:
+            from ..common import nats_auth
+
+            conf, self.credentials_file = nats_auth.write_files(self.store_dir, self.credentials)
+            conf_args = ["-c", conf]
+        if self.extra_conf:
+            main = os.path.join(self.store_dir, "nats-server.conf")
+            with open(main, "w") as fh:
+                fh.write(self.extra_conf + "\n" + (f"include {os.path.basename(conf_args[1])}\n" if conf_args else ""))
+            conf_args = ["-c", main]
         self.proc = subprocess.Popen(
-            [nats_server_binary(), "-js", "-sd", self.store_dir, "-a", "127.0.0.1", "-p", str(self.port),
+            [nats_server_binary(), *conf_args, "-js", "-sd", self.store_dir, "-a", "127.0.0.1", "-p", str(self.port),
              "-P", self.pid_file, *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
         wait_port(self.port, proc=self.proc)
@@ -161,14 +179,21 @@ class NatsCluster:
             ports = [free_port() for _ in range(self.size)]
             routes_ports = [free_port() for _ in range(self.size)]
             routes = ",".join(f"nats://127.0.0.1:{p}" for p in routes_ports)
+            from ..common import nats_auth
+
+            credentials = nats_auth.new_credentials()  # one set of users for the whole cluster
             for i in range(self.size):
                 self.servers.append(NatsServer(
-                    os.path.join(self.base_dir, f"n{i}"), port=ports[i], name=f"n{i}",
+                    os.path.join(self.base_dir, f"n{i}"), port=ports[i], name=f"n{i}", credentials=credentials,
                     extra_args=["--server_name", f"n{i}", "--cluster_name", "timeshare",
                                 "--cluster", f"nats://127.0.0.1:{routes_ports[i]}", "--routes", routes]))
         for s in self.servers:
             s.start()
         return self
+
+    @property
+    def credentials_file(self) -> str:
+        return self.servers[0].credentials_file
 
     def by_name(self, name: str) -> NatsServer:
         return next(s for s in self.servers if s.name == name)

@@ -14,72 +14,22 @@ from typing import Annotated, Any
 import msgspec
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from timeshare import events as ev
 from timeshare.cluster import PlacementError
-from timeshare.tree import TreeError
-from timeshare.workload import PRIORITIES, ContractError, WorkloadSpec, check_contract
+from timeshare.tree import MAX_PATH_CHARS, MAX_SHARE, TreeError
+from timeshare.workload import ContractError, WorkloadSpec, check_contract
 
 from ..common import healthz as health_reports
 from ..common import subjects
 from ..common.auth import Caller
 from ..common.supervise import describe, is_transient
 from ..common.ids import new_id, submitted_id, workload_id_for_key
+from . import limits
+from .limits import check_id
 
 API_VERSION = "v1"
-
-
-class SubmitRequest(BaseModel):
-    project: str = Field(description="leaf of the allocation tree the work is charged to, e.g. 'tulu/rl'")
-    gpu_type: str = Field(description="GPU pool, e.g. 'H100'")
-    gpus: int = Field(description="GPUs (at most one node's, or a multiple of the node size)")
-    work_s: int = Field(description="declared work time in seconds (the simulated executor runs this long)")
-    min_runtime_s: int = Field(0, description="protected minimum runtime; 0 = unallocated (always preemptible, never charged)")
-    resumable: bool = Field(False, description="requeued automatically when preempted")
-    priority: str = Field("normal", description=f"order inside the team: {', '.join(PRIORITIES)}")
-    kind: str = Field("other", description="free label (debug, training, eval...)")
-    checkpoint_interval_s: int | None = Field(None, description="resumable work keeps progress at these intervals")
-    command: list[str] | None = Field(None, description="process executor: the command to run")
-    id: str | None = Field(None, description="workload id (default: derived from Idempotency-Key, or random)")
-
-
-class _SubmitBody(msgspec.Struct, kw_only=True):
-    """SubmitRequest decoded by msgspec (the hot path; SubmitRequest documents it in OpenAPI)."""
-
-    project: str
-    gpu_type: str
-    gpus: int
-    work_s: int
-    min_runtime_s: int = 0
-    resumable: bool = False
-    priority: str = "normal"
-    kind: str = "other"
-    checkpoint_interval_s: int | None = None
-    command: list[str] | None = None
-    id: str | None = None
-
-
-_submit_decoder = msgspec.json.Decoder(_SubmitBody, strict=False)
-
-#: longest label or id a submission may carry (each is a key or a column downstream)
-MAX_TEXT = 256
-
-
-def _text_problem(req: _SubmitBody) -> str | None:
-    """A label PostgreSQL cannot store (NUL) or too long to be a key; None when all are fine."""
-    for name in ("project", "gpu_type", "priority", "kind", "id"):
-        value = getattr(req, name)
-        if value is None:
-            continue
-        if "\x00" in value:
-            return f"{name}: must not contain a NUL character"
-        if len(value) > MAX_TEXT:
-            return f"{name}: at most {MAX_TEXT} characters (got {len(value)})"
-    for i, arg in enumerate(req.command or []):
-        if "\x00" in arg:
-            return f"command[{i}]: must not contain a NUL character"
-    return None
 
 
 class SubmitResponse(BaseModel):
@@ -94,15 +44,51 @@ class CancelResponse(BaseModel):
     state: str
 
 
+# the range of a share is checked by the budget service (400 naming the path, like a new
+# node's name); here only what JSON cannot carry safely further (NaN, inf) is refused
+Share = float
+TreePath = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
+Reason = Annotated[str, Field(min_length=1, max_length=limits.MAX_REASON_CHARS)]
+
+
 class BudgetChangeRequest(BaseModel):
-    shares: dict[str, float] = Field(description="path -> new share among its siblings (new paths are added)")
-    reason: str = Field(description="why (kept in the audit log)")
+    model_config = ConfigDict(extra="forbid")
+
+    shares: dict[TreePath, Share] = Field(description="path -> new share among its siblings (new paths are "
+                                                      f"added); 0 = no budget, at most {MAX_SHARE:g}",
+                                          min_length=1, max_length=1000)
+    reason: Reason = Field(description="why (kept in the audit log)")
+
+
+class BudgetRemoveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: TreePath = Field(description="the node to retire: it and everything below it must hold no "
+                                       "pending or running work")
+    reason: Reason = Field(description="why (kept in the audit log)")
 
 
 class HealthReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     ok: bool
-    reason: str = ""
+    reason: Annotated[str, Field(max_length=limits.MAX_REASON_CHARS)] = ""
     needs_human: bool = False
+
+
+class ErrorBody(BaseModel):
+    detail: Any = Field(description="what was refused and why, naming the field (a list of them for a 422 "
+                                    "of FastAPI's own body validation)")
+
+
+#: every refusal the gateway may answer, documented on every operation (schemathesis checks it)
+ERROR_RESPONSES: dict[int | str, dict] = {
+    status: {"model": ErrorBody, "description": text} for status, text in (
+        (400, "a field breaks the contract or a limit (named in detail)"),
+        (401, "no or unknown bearer token"), (403, "not allowed for this caller"), (404, "unknown"),
+        (409, "conflicts with the current state (idempotency key, ended workload, work under a node)"),
+        (413, "request body over the limit"), (422, "a field unknown, missing or of the wrong type or range"),
+        (429, "too many pending workloads for this user"), (503, "a service is not answering; retry"))}
 
 
 class Unavailable(Exception):
@@ -113,8 +99,11 @@ def create_app(gw) -> FastAPI:
     """``gw`` is the Gateway service (settings, config, bus, store, projection, tokens, clock)."""
     app = FastAPI(title="timeshare gateway", version="1.0.0",
                   description="Submit GPU workloads against budgets of GPU time; see the queue in scheduling "
-                              "order; manage the allocation tree. Authenticate with `Authorization: Bearer <token>`.")
+                              "order; manage the allocation tree. Authenticate with `Authorization: Bearer <token>`.",
+                  responses=ERROR_RESPONSES)
     cluster = gw.cluster
+    # every body is bounded before it is read (a 10 MB body of unknown fields was accepted)
+    app.add_middleware(limits.BodyLimit)
 
     @app.exception_handler(Unavailable)
     async def unavailable(_request: Request, exc: Unavailable):
@@ -144,6 +133,19 @@ def create_app(gw) -> FastAPI:
 
     Auth = Annotated[Caller, Depends(caller)]
 
+    async def visible_workload(workload_id: str, who: Caller, action: str = "see") -> dict:
+        """The workload's document when the caller may see it: 400 for a malformed id, 404 for an
+        unknown one, 403 for someone else's outside the subtrees the caller manages."""
+        check_id("workload_id", workload_id)
+        doc = await gw.store.get("workload", workload_id)
+        if doc is None:
+            raise HTTPException(404, f"unknown workload {workload_id!r} (just submitted? it appears once placement "
+                                     "has accepted it)")
+        if not who.may_see(doc):
+            raise HTTPException(403, f"{who.user} may {action} only their own workloads or those of subtrees "
+                                     "they manage")
+        return doc
+
     async def ask(subject: str, body: dict | None = None, timeout: float = 5.0) -> Any:
         try:
             msg = await gw.bus.nc.request(subject, msgspec.json.encode(body or {}), timeout=timeout)
@@ -154,7 +156,9 @@ def create_app(gw) -> FastAPI:
             raise HTTPException(int(out["status"]), out["error"])
         return out
 
-    @app.get("/healthz", tags=["operations"])
+    @app.get("/healthz", tags=["operations"],
+             responses={503: {"description": "not ok: the report names the service or projection at fault",
+                              "content": {"application/json": {"schema": {"type": "object"}}}}})
     async def healthz(response: Response) -> dict:
         """Every service's report: each consumer's applied sequence, lag and last error; 503 when
         a service does not answer, is off NATS, or has a projection stuck."""
@@ -168,21 +172,17 @@ def create_app(gw) -> FastAPI:
         return {"ok": ok, "cluster": cluster, "projection_seq": gw.projector.applied_seq, "missing": missing,
                 "services": services}
 
-    submit_schema = SubmitRequest.model_json_schema()
-
     @app.post(f"/{API_VERSION}/workloads", status_code=202, response_model=SubmitResponse, tags=["workloads"],
-              openapi_extra={"requestBody": {"required": True,
-                                             "content": {"application/json": {"schema": submit_schema}}}})
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": limits.submit_schema()}}}},
+              responses={403: {"model": ErrorBody, "description": "not a member of the project's leaf"}})
     async def submit(request: Request, who: Auth,
-                     idempotency_key: Annotated[str | None, Header(description="the same key twice gives the same workload")] = None):
-        # decoded with msgspec rather than a pydantic body parameter: the hottest endpoint
-        try:
-            req = _submit_decoder.decode(await request.body())
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise HTTPException(422, f"request body: {exc}") from None
-        problem = _text_problem(req)
-        if problem:
-            raise HTTPException(400, problem)
+                     idempotency_key: Annotated[str | None, Header(
+                         description="the same key twice gives the same workload",
+                         max_length=limits.MAX_ID_CHARS)] = None):
+        # decoded with msgspec rather than a pydantic body parameter: the hottest endpoint;
+        # strict: an unknown field (a typo such as min_runtme_s) is refused, not ignored
+        req = limits.decode_submit(await request.body())
         if idempotency_key:
             wid = req.id or workload_id_for_key(who.user, idempotency_key)
         else:
@@ -202,6 +202,14 @@ def create_app(gw) -> FastAPI:
             raise HTTPException(400, f"project: {exc}") from None
         except PlacementError as exc:
             raise HTTPException(400, f"{'gpu_type' if spec.gpu_type not in gw.cluster_model.pools else 'gpus'}: {exc}") from None
+        if not who.may_submit_to(req.project):
+            raise HTTPException(403, f"project: {who.user} is not a member of {req.project!r} "
+                                     f"(member of: {', '.join(who.member_of) or 'nothing'}; "
+                                     f"manages: {', '.join(who.manages) or 'nothing'})")
+        max_pending = gw.settings.max_pending_per_user
+        if max_pending and not who.admin and gw.projection.pending_by_user.get(who.user, 0) >= max_pending:
+            raise HTTPException(429, f"pending: {who.user} has {gw.projection.pending_by_user[who.user]} pending "
+                                     f"workloads, the limit is {max_pending}; wait for some to start or cancel some")
         replayed = False
         if idempotency_key:
             body_hash = hashlib.sha256(msgspec.json.encode(req)).hexdigest()
@@ -230,10 +238,7 @@ def create_app(gw) -> FastAPI:
 
     @app.get(f"/{API_VERSION}/workloads/{{workload_id}}", tags=["workloads"])
     async def get_workload(workload_id: str, who: Auth) -> dict:
-        doc = await gw.store.get("workload", workload_id)
-        if doc is None:
-            raise HTTPException(404, f"unknown workload {workload_id!r} (just submitted? it appears once placement "
-                                     "has accepted it)")
+        doc = await visible_workload(workload_id, who)
         doc["history"] = await gw.store.journal("workload", workload_id)
         return doc
 
@@ -242,9 +247,7 @@ def create_app(gw) -> FastAPI:
         """Why it waits, runs or was preempted, in plain language with the numbers: its position in
         the order the scheduler takes work, its team's ordering key at every level of the tree,
         what it waits for (the protection that ends first), and its latest preemption's reason."""
-        doc = await gw.store.get("workload", workload_id)
-        if doc is None:
-            raise HTTPException(404, f"unknown workload {workload_id!r}")
+        doc = await visible_workload(workload_id, who)
         out = await ask(subjects.query_subject(cluster, "explain"), {"id": workload_id})
         explanation = out.get("explanation", {}) if isinstance(out, dict) else {}
         if doc.get("last_reason"):
@@ -255,9 +258,11 @@ def create_app(gw) -> FastAPI:
         return explanation
 
     @app.get(f"/{API_VERSION}/workloads", tags=["workloads"])
-    async def list_workloads(who: Auth, state: str | None = None, user: str | None = None,
-                             limit: Annotated[int, Query(le=10000)] = 200) -> dict:
-        rows = [d for _, d in await gw.store.scan("workload")]
+    async def list_workloads(who: Auth, state: Annotated[str | None, Query(max_length=32)] = None,
+                             user: Annotated[str | None, Query(max_length=limits.MAX_LABEL_CHARS)] = None,
+                             limit: Annotated[int, Query(ge=0, le=10000)] = 200) -> dict:
+        """Workloads the caller may see: their own, those of subtrees they manage (admins: all)."""
+        rows = [d for _, d in await gw.store.scan("workload") if who.may_see(d)]
         if state:
             rows = [d for d in rows if d["state"] == state]
         if user:
@@ -270,11 +275,7 @@ def create_app(gw) -> FastAPI:
     @app.delete(f"/{API_VERSION}/workloads/{{workload_id}}", status_code=202, response_model=CancelResponse,
                 tags=["workloads"])
     async def cancel(workload_id: str, who: Auth):
-        doc = await gw.store.get("workload", workload_id)
-        if doc is None:
-            raise HTTPException(404, f"unknown workload {workload_id!r}")
-        if doc["user"] != who.user and not who.manages_path(doc["project"]):
-            raise HTTPException(403, f"{who.user} may cancel only their own workloads or those of subtrees they manage")
+        doc = await visible_workload(workload_id, who, "cancel")
         if doc["state"] in ("completed", "failed", "cancelled", "preempted"):
             raise HTTPException(409, f"{workload_id} already ended ({doc['state']})")
         event = ev.WorkloadCancelled(event_id=f"cancel.{workload_id}", at_ms=gw.clock.now_ms(), cluster=cluster,
@@ -283,7 +284,8 @@ def create_app(gw) -> FastAPI:
         return CancelResponse(workload_id=workload_id, state="cancelling")
 
     @app.get(f"/{API_VERSION}/queue", tags=["scheduling"])
-    async def queue(who: Auth, gpu_type: str | None = None, limit: Annotated[int, Query(le=100000)] = 1000) -> dict:
+    async def queue(who: Auth, gpu_type: Annotated[str | None, Query(max_length=limits.MAX_LABEL_CHARS)] = None,
+                    limit: Annotated[int, Query(ge=0, le=100000)] = 1000) -> dict:
         """Pending work in scheduling order, each with its ordering key (phase, then (ratio, path)
         per tree level from the top, then -priority, submit time, id)."""
         return await ask(subjects.query_subject(cluster, "queue"), {"gpu_type": gpu_type, "limit": limit})
@@ -295,9 +297,24 @@ def create_app(gw) -> FastAPI:
 
     @app.put(f"/{API_VERSION}/allocations", tags=["budgets"])
     async def change_allocations(req: BudgetChangeRequest, who: Auth) -> dict:
-        """Change shares. Managers change the children of nodes they manage; admins anything."""
+        """Change shares. Managers change the children of nodes they manage; admins anything.
+        A new node's name is lower case letters, digits, '.', '_' or '-'; a leaf holding work
+        cannot become a parent (its work would leave the queue); shares are finite, 0..MAX_SHARE."""
+        limits.check_text("reason", req.reason)
+        for path, share in req.shares.items():
+            limits.check_text("shares (a path)", path, MAX_PATH_CHARS)
+            limits.check_finite(f"shares.{path}", share)
         return await ask(subjects.cmd_subject(cluster, "budget.set"),
                          {"caller": who.to_dict(), "shares": req.shares, "reason": req.reason,
+                          "request_id": new_id("budget")}, timeout=10)
+
+    @app.post(f"/{API_VERSION}/allocations/remove", tags=["budgets"])
+    async def remove_allocation(req: BudgetRemoveRequest, who: Auth) -> dict:
+        """Retire a node (and its subtree) that holds no pending or running work. Its manager's
+        manager (whoever may change its share) or an admin."""
+        limits.check_text("reason", req.reason)
+        return await ask(subjects.cmd_subject(cluster, "budget.remove"),
+                         {"caller": who.to_dict(), "path": req.path, "reason": req.reason,
                           "request_id": new_id("budget")}, timeout=10)
 
     @app.get(f"/{API_VERSION}/allocations/history", tags=["budgets"])
@@ -306,7 +323,8 @@ def create_app(gw) -> FastAPI:
         return await ask(subjects.query_subject(cluster, "budget.history"))
 
     @app.get(f"/{API_VERSION}/report", tags=["budgets"])
-    async def report(who: Auth, from_s: float | None = None, to_s: float | None = None) -> dict:
+    async def report(who: Auth, from_s: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+                     to_s: Annotated[float | None, Query(allow_inf_nan=False)] = None) -> dict:
         """GPU-hours owed / delivered and attainment per team over [from_s, to_s)."""
         return await ask(subjects.query_subject(cluster, "ledger.report"), {"from_s": from_s, "to_s": to_s},
                          timeout=30)
@@ -325,6 +343,7 @@ def create_app(gw) -> FastAPI:
     @app.post(f"/{API_VERSION}/nodes/{{node}}/heartbeat", status_code=202, tags=["nodes"])
     async def heartbeat(node: str, who: Auth) -> dict:
         """A node agent is alive (health marks a node unhealthy when its heartbeats stop)."""
+        check_id("node", node)
         if not who.admin and "health" not in who.manages:
             raise HTTPException(403, "heartbeats need an admin or health-agent token")
         if node not in gw.cluster_model.nodes_by_name:
@@ -334,6 +353,8 @@ def create_app(gw) -> FastAPI:
 
     @app.post(f"/{API_VERSION}/nodes/{{node}}/health", tags=["nodes"])
     async def health_report(node: str, report: HealthReport, who: Auth) -> dict:
+        check_id("node", node)
+        limits.check_text("reason", report.reason)
         if not who.admin and "health" not in who.manages:
             raise HTTPException(403, "health reports need an admin or health-agent token")
         return await ask(subjects.cmd_subject(cluster, "health.report"),
@@ -343,6 +364,7 @@ def create_app(gw) -> FastAPI:
     @app.post(f"/{API_VERSION}/nodes/{{node}}/repair", tags=["nodes"])
     async def repaired(node: str, who: Auth) -> dict:
         """Declare a drained or failed node repaired (a human did it)."""
+        check_id("node", node)
         if not who.admin:
             raise HTTPException(403, "only admins declare nodes repaired")
         return await ask(subjects.cmd_subject(cluster, "health.repaired"), {"node": node, "by": who.user})

@@ -26,19 +26,37 @@ class Projection:
         self.consumer = consumer
         self.tree = tree
         self.listeners: list = []  # callables(event) for waiters (tests, budget replies)
+        #: pending workloads per user (the gateway's per-user limit), kept with the projection
+        self.pending_by_user: dict[str, int] = {}
 
     async def load(self, store) -> None:
         doc = await store.get("tree", "current")
         if doc is not None:
             self.tree = AllocationTree.from_shares(doc["shares"])
+        # once per start: the count follows the fold from here on
+        self.pending_by_user = {}
+        for _, d in await store.scan("workload"):
+            if d.get("state") == "pending":
+                self.pending_by_user[d["user"]] = self.pending_by_user.get(d["user"], 0) + 1
 
     async def begin(self, store, events: list[tuple[int, ev.Event]]) -> dict:
         ids = sorted({e.workload.id if isinstance(e, ev.WorkloadSubmitted) else e.workload_id
                       for _, e in events if hasattr(e, "workload_id") or isinstance(e, ev.WorkloadSubmitted)})
         docs = await store.get_many("workload", ids) if ids else {}
-        return {"tree": self.tree, "docs": docs}
+        return {"tree": self.tree, "docs": docs, "pending": {}}
 
     def fold(self, work: dict, seq: int, e: ev.Event, changes: Changes) -> dict:
+        docs = work["docs"]
+        wid = e.workload.id if isinstance(e, ev.WorkloadSubmitted) else getattr(e, "workload_id", None)
+        before = docs[wid]["state"] if wid in docs else None
+        self._fold(work, seq, e, changes)
+        d = docs.get(wid) if wid is not None else None
+        if d is not None and (before == "pending") != (d["state"] == "pending"):
+            delta = work["pending"]
+            delta[d["user"]] = delta.get(d["user"], 0) + (1 if d["state"] == "pending" else -1)
+        return work
+
+    def _fold(self, work: dict, seq: int, e: ev.Event, changes: Changes) -> dict:
         docs = work["docs"]
         body = msgspec.to_builtins(e)
         if isinstance(e, ev.WorkloadSubmitted):
@@ -93,6 +111,8 @@ class Projection:
 
     def committed(self, work: dict, events: list[tuple[int, ev.Event]]) -> None:
         self.tree = work["tree"]
+        for user, delta in work.get("pending", {}).items():
+            self.pending_by_user[user] = max(0, self.pending_by_user.get(user, 0) + delta)
         for _, e in events:
             for listener in self.listeners:
                 listener(e)

@@ -39,7 +39,8 @@ class Gateway:
 
     @property
     def url(self) -> str:
-        return f"http://{self.settings.http_host}:{self.settings.http_port}"
+        scheme = "https" if self.settings.http_tls_cert else "http"
+        return f"{scheme}://{self.settings.http_host}:{self.settings.http_port}"
 
     async def start(self, serve_http: bool = True) -> "Gateway":
         if self.bus is None:
@@ -53,7 +54,9 @@ class Gateway:
         self.app = create_app(self)
         if serve_http:
             cfg = uvicorn.Config(self.app, host=self.settings.http_host, port=self.settings.http_port,
-                                 log_level="warning", access_log=False, lifespan="off")
+                                 log_level="warning", access_log=False, lifespan="off",
+                                 ssl_certfile=self.settings.http_tls_cert or None,
+                                 ssl_keyfile=self.settings.http_tls_key or None)
             self.server = uvicorn.Server(cfg)
             self.server.install_signal_handlers = lambda: None
             self.tasks.append(asyncio.create_task(self.server.serve()))

@@ -2,32 +2,17 @@
 
 Heartbeats (``timeshare.hb.v1.<cluster>``, no reply); commands ``health.report`` (a node's
 check result) and ``health.repaired`` (a human declares a repair); query ``health.nodes``;
-``healthz.health``: its health report.
+``healthz.health``: its health report. The bodies are the strict structs of
+``services/common/commands.py`` (unknown fields refused: a command is answered 400 naming the
+field, a malformed heartbeat is dropped).
 """
 
 from __future__ import annotations
 
 
 from ..common import healthz, subjects
-from ..common.broker import Message, NatsRouter
-
-
-class Heartbeat(Message, kw_only=True):
-    node: str
-
-
-class HealthReport(Message, kw_only=True):
-    """A node's health check: ``ok`` false reports it unhealthy (cordon, drain, repair)."""
-    node: str
-    ok: bool = True
-    reason: str | None = None
-    needs_human: bool = False
-    by: str | None = None
-
-
-class Repaired(Message, kw_only=True):
-    node: str
-    by: str | None = None
+from ..common.broker import NatsRouter
+from ..common.commands import HealthReport, Heartbeat, Repaired
 
 
 def router(service, cluster: str) -> NatsRouter:

@@ -2,7 +2,7 @@
 
 Only the leader answers (a standby's handler raises ``SkipMessage``: no reply at all, so a
 request gets the leader's answer, or none when nobody leads). ``queue``, ``tree``, ``nodes``,
-``workload``, ``explain``, ``digest``; ``healthz.placement``.
+``workload``, ``explain``, ``digest``, ``work`` (work per leaf, for budget); ``healthz.placement``.
 """
 
 from __future__ import annotations
@@ -90,6 +90,14 @@ def router(service, cluster: str) -> NatsRouter:
             state, _ = leader_state()
             return {"digest": view.digest(state), "last_log_seq": service.last_log_seq,
                     "instance": service.instance, "stats": service.stats}
+        return await guarded(body)()
+
+    @r.subscriber(q(cluster, "work"), title="work",
+                  description="pending or running workloads per leaf (budget asks before a tree change or removal)")
+    async def work() -> dict:
+        def body():
+            leader_state()
+            return {"work_by_leaf": service._work_by_leaf()}
         return await guarded(body)()
 
     @r.subscriber(healthz.subject(cluster, "placement"), title="healthz.placement",

@@ -120,6 +120,100 @@ class Rejected(Exception):
     pass
 
 
+class UntrustedLog(Exception):
+    """A record of the log this placement cannot apply: it does not lead from a state it cannot
+    trust; an operator looks at the record and skips it explicitly (services/placement/skip.py)."""
+
+    def __init__(self, seq: int, event_id: str, event_type: str, reason: str):
+        super().__init__(f"log record seq {seq} ({event_type} {event_id}) cannot be applied: {reason}; "
+                         f"placement does not lead until an operator skips it "
+                         f"(python -m services.placement.skip --seq {seq} --reason '...')")
+        self.seq = seq
+        self.event_id = event_id
+        self.event_type = event_type
+        self.reason = reason
+
+
+_raw_object = msgspec.json.Decoder(dict)
+
+
+def unknown_fields(raw: bytes, e: ev.Event) -> str | None:
+    """The first top-level field of a proposed event that its type does not have (None: none).
+
+    Events are not declared with ``forbid_unknown_fields`` (a log written by a newer version must
+    stay readable); a *proposal* is checked here instead, so ``{"admin": true, ...}`` or a typo
+    is refused rather than silently dropped. (A submission's workload is a WorkloadSpec, which
+    forbids unknown fields itself.)"""
+    known = type(e).__struct_fields__
+    for key in _raw_object.decode(raw):
+        if key != "type" and key not in known:
+            return key
+    return None
+
+
+def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
+    """Why ``e`` cannot be applied to ``state`` (None when it can), checked before ``apply``
+    touches anything: the log is written by placement alone, but a record that was forged (or
+    written by a buggy version) must not leave a half-applied state or crash every rebuild."""
+    wid = getattr(e, "workload_id", None)
+    w = state.workloads.get(wid) if wid is not None else None
+    match e:
+        case ev.WorkloadSubmitted():
+            # only what applying needs (the contract was checked when it was accepted, maybe
+            # under another cap: a changed cluster file must not make the log untrusted)
+            spec = e.workload
+            if spec.id in state.workloads:
+                return f"workload {spec.id!r} already exists"
+            if spec.gpu_type not in state.cluster.pools:
+                return f"no pool of GPU type {spec.gpu_type!r}"
+            if spec.project not in state.tree.nodes or not state.tree.nodes[spec.project].is_leaf:
+                return f"project {spec.project!r} is not a leaf of the tree"
+            if spec.gpus < 1:
+                return f"gpus: {spec.gpus}"
+            return None
+        case ev.NodeUnhealthy() | ev.NodeFailed() | ev.NodeDrained() | ev.NodeRepaired():
+            try:
+                state.cluster.node(e.node)
+            except PlacementError as exc:
+                return str(exc)
+            return None
+        case ev.BudgetChanged():
+            try:
+                AllocationTree.from_shares(e.new)
+            except TreeError as exc:
+                return f"budget change: {exc}"
+            return None
+    if w is None:
+        return f"unknown workload {wid!r}"
+    match e:
+        case ev.WorkloadStarted():
+            if w.state != "pending":
+                return f"{wid} is {w.state}; only pending work starts"
+            seen: set[tuple[str, int]] = set()
+            for part in e.placement:
+                try:
+                    node = state.cluster.node(part.node)
+                except PlacementError as exc:
+                    return str(exc)
+                if node.pool.gpu_type != w.gpu_type:
+                    return f"{wid} asks for {w.gpu_type}; node {node.name} is {node.pool.gpu_type}"
+                for g in part.gpu_ids:
+                    if not 0 <= g < len(node.slots):
+                        return f"node {node.name} has no GPU {g}"
+                    if node.slots[g] is not None or (node.name, g) in seen:
+                        return f"GPU {g} of {node.name} is held by {node.slots[g] or wid} (double booking)"
+                    seen.add((node.name, g))
+            if len(seen) != w.gpus:
+                return f"{wid} needs {w.gpus} GPUs; the record places {len(seen)}"
+        case ev.WorkloadPreempted() | ev.WorkloadCompleted():
+            if w.state != RUNNING:
+                return f"{wid} is {w.state}, not running"
+        case ev.WorkloadRequeued():
+            if w.state != "preempted":
+                return f"{wid} is {w.state}; only preempted work is requeued"
+    return None
+
+
 class Tick(msgspec.Struct, frozen=True):
     at_ms: int
 
@@ -159,6 +253,11 @@ class Placement:
         self.rebuilds = 0
         self.last_error: str | None = None
         self.stats = {"passes": 0, "inputs": 0, "decisions": 0, "rejected": 0, "duplicates": 0}
+        #: the log record this instance cannot apply (UntrustedLog), until an operator skips it
+        self.untrusted: UntrustedLog | None = None
+        self.blocked = asyncio.Event()
+        #: log sequences skipped at the last rebuild, as the operator decided
+        self.skipped: list[int] = []
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self, wait_leader: bool = True, broker=None) -> "Placement":
@@ -171,10 +270,21 @@ class Placement:
         await self.broker.start()  # only the leader answers (handlers.py)
         self.tasks.append(asyncio.create_task(self._run(), name="placement"))
         if wait_leader:
-            await self.leader.wait()
+            # a log it cannot apply ends the wait too: say so instead of hanging without a word
+            waits = [asyncio.ensure_future(self.leader.wait()), asyncio.ensure_future(self.blocked.wait())]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+            if not self.leader.is_set() and self.untrusted is not None:
+                log.error("placement %s does not lead: %s", self.instance, self.untrusted)
         return self
 
     async def health_report(self) -> dict | None:
+        if self.untrusted is not None and not self.leader.is_set():
+            u = self.untrusted
+            return {"ok": False, "leader": None, "error": str(u),
+                    "untrusted_record": {"seq": u.seq, "event_id": u.event_id, "type": u.event_type,
+                                         "reason": u.reason}}
         if not self.leader.is_set():
             return None  # the leader answers for placement; a standby stays silent
         info = await self.bus.js.consumer_info(subjects.INBOX_STREAM, f"placement-{self.cluster}")
@@ -210,6 +320,43 @@ class Placement:
         if self.own_bus:
             await self.bus.close()
 
+    async def _release_lease(self) -> None:
+        try:
+            kv = await self.bus.js.key_value(subjects.LEASE_BUCKET)
+            await kv.delete(self._lease_key(), last=self.lease_rev)
+        except Exception:  # lapses by its TTL anyway
+            pass
+
+    # -- the operator's decisions about records placement cannot apply ---------------------
+    def _skip_key(self) -> str:
+        return f"skip.{self.cluster}"
+
+    async def _skipped_seqs(self) -> set[int]:
+        """Log sequences an operator decided to skip (KV ``timeshare_operator``, key
+        ``skip.<cluster>``: {"<seq>": {"reason", "at_ms"}}); only the operator's NATS user may write it."""
+        try:
+            kv = await self.bus.js.key_value(subjects.OPERATOR_BUCKET)
+            entry = await kv.get(self._skip_key())
+        except Exception:  # no bucket or no key: nothing skipped
+            return set()
+        try:
+            return {int(k) for k in msgspec.json.decode(entry.value)}
+        except (msgspec.DecodeError, ValueError, TypeError):
+            log.error("the operator's skip list of %s is unreadable; skipping nothing", self.cluster)
+            return set()
+
+    async def _wait_for_skip(self, seq: int) -> None:
+        while not self.stop_event.is_set():
+            if seq in await self._skipped_seqs():
+                log.warning("placement %s: the operator skips log record seq %d; rebuilding", self.instance, seq)
+                self.untrusted = None
+                self.blocked.clear()
+                return
+            try:
+                await asyncio.wait_for(self.stop_event.wait(), 1.0)
+            except asyncio.TimeoutError:
+                pass
+
     def _lease_key(self) -> str:
         return f"placement.{self.cluster}"
 
@@ -231,6 +378,16 @@ class Placement:
             except FenceError as exc:
                 self.last_error = describe(exc)
                 log.error("placement %s lost the log (%s); stepping down", self.instance, exc)
+            except UntrustedLog as exc:
+                # not a crash loop: wait (without the lease) for the operator's decision
+                self.last_error = str(exc)
+                if self.untrusted is None or self.untrusted.seq != exc.seq:
+                    log.error("placement %s: %s", self.instance, exc)
+                self.untrusted = exc
+                self.blocked.set()
+                await self._release_lease()
+                await self._wait_for_skip(exc.seq)
+                continue
             except Exception as exc:  # noqa: BLE001 - step down, never die
                 self.last_error = describe(exc)
                 log.error("placement %s stepped down: %s; campaigning again", self.instance, describe(exc),
@@ -336,9 +493,25 @@ class Placement:
         self.since_snapshot = 0
         n = 0
 
+        skip = await self._skipped_seqs()
+        self.skipped = []
+
         def on_msg(m) -> None:
             nonlocal n
-            e = decode_event(m.data)
+            seq = m.metadata.sequence.stream
+            try:
+                e = decode_event(m.data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                e, problem = None, f"undecodable: {exc}"
+            else:
+                problem = check_replayable(self.state, e)
+            if problem is not None:
+                if seq in skip:
+                    log.warning("log record seq %d skipped, as an operator decided: %s", seq, problem)
+                    self.skipped.append(seq)
+                    return
+                raise UntrustedLog(seq, getattr(e, "event_id", "?"), ev.event_type(e) if e is not None else "?",
+                                   problem)
             self.state.apply(e)
             self._remember(e)
             n += 1
@@ -497,6 +670,12 @@ class Placement:
                 except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                     dead.append((m, f"undecodable event: {exc}"))
                     continue
+                unknown = unknown_fields(m.data, e)
+                if unknown:
+                    dead.append((m, f"{ev.event_type(e)} {e.event_id}: unknown field {unknown!r} (a typo, or "
+                                    "a field this version does not know: refused rather than ignored)"))
+                    self.stats["rejected"] += 1
+                    continue
                 if e.event_id in self.applied_ids:
                     self.stats["duplicates"] += 1
                     continue
@@ -633,11 +812,26 @@ class Placement:
                 return [e]
             case ev.BudgetChanged():
                 try:
-                    AllocationTree.from_shares(e.new)
+                    tree = AllocationTree.from_shares(e.new)
                 except TreeError as exc:
                     raise Rejected(f"budget change: {exc}") from None
+                # work is charged to a leaf and queued under it: a change that removes a leaf
+                # holding work, or makes it a parent, would hide that work from every pass
+                hidden = sorted(leaf for leaf in self._work_by_leaf()
+                                if leaf not in tree.nodes or not tree.nodes[leaf].is_leaf)
+                if hidden:
+                    raise Rejected(f"budget change: {', '.join(hidden[:5])} hold(s) pending or running work and "
+                                   "would no longer be a leaf")
                 return [e]
         raise Rejected(f"unexpected event {ev.event_type(e)}")
+
+    def _work_by_leaf(self) -> dict[str, int]:
+        """Pending or running workloads per leaf (what a budget change must not hide)."""
+        out: dict[str, int] = {}
+        for w in self.state.workloads.values():
+            if w.state not in ENDED:
+                out[w.leaf] = out.get(w.leaf, 0) + 1
+        return dict(sorted(out.items()))
 
     def _node(self, name: str):
         try:

@@ -9,6 +9,7 @@ work can only run unallocated. Negative or non-finite shares are errors.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -38,6 +39,72 @@ class TreeNode:
     @property
     def name(self) -> str:
         return self.path.rsplit("/", 1)[-1]
+
+
+#: the largest share a change may set: shares are proportions among siblings, so a bigger
+#: number says nothing a smaller one cannot, and 4e16 next to 1 makes every sibling's fraction 0
+MAX_SHARE = 1_000_000.0
+#: the longest path and the deepest tree a change may create (the org chart is 3-5 levels)
+MAX_PATH_CHARS = 256
+MAX_DEPTH = 8
+#: a node name a change may create: lower case, digits, '.', '_', '-', starting with a letter
+#: or digit (so not '.', '..' or '-x'); it is a path segment, a subject-safe label, a file name
+NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+#: names that are devices on Windows (a report written to disk per team would break there)
+RESERVED_NAMES = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)),
+                            *(f"lpt{i}" for i in range(10))})
+
+
+def check_change(tree: "AllocationTree", changes: dict[Any, Any], work_by_leaf: dict[str, int]) -> "AllocationTree":
+    """The tree after a manager's change of ``{path: share}``, or TreeError naming the path.
+
+    Stricter than :meth:`AllocationTree.from_shares` (which also reads scenario files): a share
+    must be finite, at least 0 (0 = "no budget") and at most MAX_SHARE; a new node's name follows
+    NODE_NAME and is not reserved, within MAX_DEPTH levels and MAX_PATH_CHARS; and a leaf that
+    holds work (``work_by_leaf``: pending or running workloads per leaf) cannot become a parent,
+    since work is charged to leaves and its queue would no longer be read."""
+    for path in sorted(changes, key=str):
+        share = changes[path]
+        if not isinstance(path, str) or not path:
+            raise TreeError(str(path), "a node is a slash path like 'program/project/team'")
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share):
+            raise TreeError(path, f"share must be a finite number, got {share!r}")
+        if share < 0:
+            raise TreeError(path, f"share must not be negative, got {share!r} (0 means no budget)")
+        if share > MAX_SHARE:
+            raise TreeError(path, f"share {share!r} is above the maximum of {MAX_SHARE:g} (shares are "
+                                  "proportions among siblings: scale them all down)")
+        if path in tree.nodes:
+            continue
+        if len(path) > MAX_PATH_CHARS:
+            raise TreeError(path[:40] + "...", f"a path has at most {MAX_PATH_CHARS} characters")
+        segments = path.split("/")
+        if len(segments) > MAX_DEPTH:
+            raise TreeError(path, f"the tree is at most {MAX_DEPTH} levels deep")
+        for name in segments:
+            if not NODE_NAME.match(name):
+                raise TreeError(path, f"node name {name!r}: use lower case letters, digits, '.', '_' or '-', "
+                                      "starting with a letter or digit, at most 63 characters")
+            if name in RESERVED_NAMES:
+                raise TreeError(path, f"node name {name!r} is reserved (a device name on Windows)")
+        parent = path.rsplit("/", 1)[0] if "/" in path else None
+        if parent is not None and parent in tree.nodes and tree.nodes[parent].is_leaf and work_by_leaf.get(parent):
+            raise TreeError(path, f"{parent} is a leaf holding {work_by_leaf[parent]} pending or running "
+                                  "workload(s); giving it a child would take that work out of the queue. "
+                                  "Add a sibling instead, or let the work end first")
+    return tree.with_shares(changes)
+
+
+def check_removal(tree: "AllocationTree", path: str, work_by_leaf: dict[str, int]) -> "AllocationTree":
+    """The tree without ``path`` and its subtree, or TreeError when it is unknown or holds work."""
+    tree.node(path)
+    busy = sorted((leaf, n) for leaf, n in work_by_leaf.items() if n and is_within(leaf, path))
+    if busy:
+        listed = ", ".join(f"{leaf} ({n})" for leaf, n in busy[:5])
+        raise TreeError(path, f"still holds pending or running work: {listed}; cancel it or let it end first")
+    if len(tree.roots) == 1 and tree.roots[0] == path:
+        raise TreeError(path, "is the only top-level node; the tree cannot be empty")
+    return tree.without(path)
 
 
 def ancestors(path: str) -> list[str]:

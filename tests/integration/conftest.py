@@ -33,9 +33,10 @@ POSTGRES_IMAGE = os.environ.get("TIMESHARE_TEST_POSTGRES_IMAGE", "postgres:17-al
 DATA = Path(__file__).parent / "data"
 TOKENS = {
     "tok-admin": {"user": "root", "admin": True},
-    "tok-alice": {"user": "alice", "manages": ["alpha"]},
+    "tok-alice": {"user": "alice", "manages": ["alpha"], "member_of": ["beta/debug"]},
     "tok-bob": {"user": "bob", "manages": ["beta"]},
-    "tok-carol": {"user": "carol"},
+    "tok-carol": {"user": "carol", "member_of": ["alpha/train", "beta/debug"]},
+    "tok-dave": {"user": "dave", "member_of": ["beta/debug"]},
     "tok-health": {"user": "health-agent", "manages": ["health"]},
 }
 _counter = itertools.count()
@@ -73,14 +74,27 @@ def pytest_report_header(config):
 
 
 class _ContainerNats:
+    """The same NATS users and permissions as the local server (services/common/nats_auth.py):
+    the generated ``authorization`` block is mounted read-only and given to ``-c``."""
+
     def __init__(self):
         from testcontainers.nats import NatsContainer
 
-        self.container = NatsContainer(NATS_IMAGE, jetstream=True).start()
+        from services.common import nats_auth
+
+        self.auth_dir = tempfile.mkdtemp(prefix="timeshare-nats-auth-")
+        conf, self.credentials_file = nats_auth.write_files(self.auth_dir)
+        os.chmod(self.auth_dir, 0o755)
+        os.chmod(conf, 0o644)  # read by the container's user; the passwords are throwaway
+        self.container = (NatsContainer(NATS_IMAGE, jetstream=True)
+                          .with_volume_mapping(self.auth_dir, "/etc/timeshare-nats", "ro")
+                          .with_command(f"-js -c /etc/timeshare-nats/{os.path.basename(conf)}")
+                          .start())
         self.url = self.container.nats_uri()
 
     def stop(self) -> None:
         self.container.stop()
+        shutil.rmtree(self.auth_dir, ignore_errors=True)
 
 
 class _ContainerPostgres:
@@ -149,7 +163,7 @@ def make_settings(nats_server, database_url, cluster_name):
     from services.common.settings import Settings
 
     def make(**overrides):
-        base = dict(nats_url=nats_server.url, database_url=database_url, cluster_file=str(DATA / "small.toml"),
+        base = dict(nats_url=nats_server.url, nats_credentials=nats_server.credentials_file, database_url=database_url, cluster_file=str(DATA / "small.toml"),
                     cluster=cluster_name, http_port=free_port(), tokens=json.dumps(TOKENS), lease_ttl_s=2.0,
                     pass_interval_s=5.0, heartbeat_timeout_s=0)
         base.update(overrides)
@@ -166,3 +180,4 @@ async def stack(make_settings):
     s = await Stack(make_settings()).start()
     yield s
     await s.stop()
+

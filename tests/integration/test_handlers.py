@@ -80,6 +80,55 @@ async def test_budget_set_refuses_bad_input_with_a_status_and_changes_nothing(se
     assert budget.tree.shares() == before
 
 
+async def test_commands_are_strict_unknown_fields_and_wrong_types_refused(settings, config):
+    """sec13's strict command bodies (services/common/commands.py) on the faststream handlers:
+    an unknown field (a self-declared admin flag, a typo) or a value of the wrong type is a 400
+    naming it, not silently dropped or coerced; nothing changes."""
+    from services.budget.handlers import router as budget_router
+    from services.budget.service import Budget
+    from services.health.handlers import router as health_router
+    from services.health.service import Health
+
+    budget = Budget(settings, config, ManualClock(1_000))
+    before = budget.tree.shares()
+    admin = {"user": "root", "admin": True}
+    async with TestNatsBroker(make_broker(settings, "budget", budget_router(budget, CLUSTER))) as br:
+        out = await ask(br, cmd("budget.set"), {"caller": admin, "shares": {"alpha/train": 3}, "reason": "x",
+                                                "request_id": "r1", "urgent": True})
+        assert out["status"] == 400 and "urgent" in out["error"], out
+        out = await ask(br, cmd("budget.set"), {"caller": {**admin, "superuser": True}, "shares": {"alpha/train": 3},
+                                                "reason": "x", "request_id": "r2"})
+        assert out["status"] == 400 and "superuser" in out["error"], out
+        out = await ask(br, cmd("budget.set"), {"caller": admin, "shares": {"alpha/train": "3"}, "reason": "x",
+                                                "request_id": "r3"})
+        assert out["status"] == 400, out
+        out = await ask(br, cmd("budget.remove"), {"caller": admin, "path": "alpha/train", "reason": "x",
+                                                   "request_id": "r4", "force": True})
+        assert out["status"] == 400 and "force" in out["error"], out
+        out = await ask(br, cmd("budget.remove"), {"caller": admin, "path": "alpha/train", "reason": " ",
+                                                   "request_id": "r5"})
+        assert out["status"] == 400 and "reason" in out["error"], out
+        out = await ask(br, cmd("budget.remove"), {"caller": {"user": "bob", "manages": ["beta"]},
+                                                   "path": "alpha/train", "reason": "x", "request_id": "r6"})
+        assert out["status"] == 403 and "may not remove alpha/train" in out["error"], out
+    assert budget.tree.shares() == before
+
+    health = Health(settings, config, ManualClock(5_000))
+    node = health.node_names[0]
+    async with TestNatsBroker(make_broker(settings, "health", health_router(health, CLUSTER))) as br:
+        out = await ask(br, cmd("health.report"), {"node": node, "ok": "false"})
+        assert out["status"] == 400 and "ok" in out["error"], out
+        out = await ask(br, cmd("health.report"), {"node": node, "ok": False, "severity": "high"})
+        assert out["status"] == 400 and "severity" in out["error"], out
+        out = await ask(br, cmd("health.repaired"), {"node": node, "admin": True})
+        assert out["status"] == 400 and "admin" in out["error"], out
+        # a heartbeat with an unknown field is dropped (no reply to give): the node stays unseen
+        await br.publish(msgspec.json.encode({"node": node, "extra": 1}), subjects.heartbeat_subject(CLUSTER))
+        out = await ask(br, query("health.nodes"), {})
+    assert out["nodes"][node].get("last_heartbeat_ms") is None
+    assert all(n["state"] == "healthy" for n in out["nodes"].values())
+
+
 async def test_budget_history_answers_from_the_store(settings, config):
     from services.budget.handlers import router
     from services.budget.service import Budget

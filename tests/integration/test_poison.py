@@ -91,7 +91,8 @@ async def test_a_batch_a_killed_projection_fetched_but_never_stored_reaches_its_
 
     cluster = stack.settings.cluster
     await stack.stop_service("gateway")
-    bus = stack["budget"].bus
+    # the gateway, which proposes submissions, is down: propose them with the operator's connection
+    bus = await Bus.connect(stack.settings, cluster, name="test-proposer")
     for wid in ("w-k1", "w-k2"):
         await bus.propose(submission(cluster, wid))
     await wait_for(lambda: _in_log(bus, cluster, {"w-k1", "w-k2"}), 15, what="w-k1, w-k2 in the log")
@@ -106,6 +107,7 @@ async def test_a_batch_a_killed_projection_fetched_but_never_stored_reaches_its_
     gw = await stack.start_service("gateway")
     for wid in ("w-k1", "w-k2", "w-k3"):  # well before the 30 s ack_wait would bring them back
         await wait_for(lambda: _stored(gw, wid), 15, what=f"{wid} in the restarted gateway")
+    await bus.close()
 
 
 async def _in_log(bus, cluster, ids):

@@ -90,7 +90,7 @@ async def test_healthz_names_a_projection_stuck_on_a_lost_database_and_recovers_
     conn = await asyncpg.connect(own_postgres.dsn)
     await conn.execute("CREATE DATABASE healing")
     await conn.close()
-    settings = Settings(nats_url=nats_server.url, database_url=own_postgres.dsn.rsplit("/", 1)[0] + "/healing",
+    settings = Settings(nats_url=nats_server.url, nats_credentials=nats_server.credentials_file, database_url=own_postgres.dsn.rsplit("/", 1)[0] + "/healing",
                         cluster_file=str(DATA / "small.toml"), cluster=cluster_name, http_port=free_port(),
                         tokens=json.dumps(TOKENS), lease_ttl_s=2.0, pass_interval_s=5.0, heartbeat_timeout_s=0,
                         stuck_after_s=1.0)
@@ -103,7 +103,7 @@ async def test_healthz_names_a_projection_stuck_on_a_lost_database_and_recovers_
             own_postgres.stop(mode="fast")  # pg_ctl stop -m fast, then start: a restart
             # a submission still reaches the log (placement needs no database); the gateway and
             # the ledger cannot store it and say so
-            await stack["budget"].bus.propose(_submission(cluster_name, "w-during"))
+            await stack["gateway"].bus.propose(_submission(cluster_name, "w-during"))
 
             async def stuck():
                 r = await http.get("/healthz")

@@ -1,0 +1,372 @@
+"""Issue 13's attacks, replayed against the real services, NATS and PostgreSQL: each is refused
+(by the gateway, the budget service, placement or nats-server itself) and nothing changes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import msgspec
+import nats
+import pytest
+
+from services.common import subjects
+from services.common.auth import token_hash
+from services.devstack.stack import Stack
+from timeshare import events as ev
+from timeshare.workload import WorkloadSpec
+
+from .helpers import client, log_events, of_type, wait_events, wait_for
+from .test_poison import dead_letters
+
+pytestmark = pytest.mark.integration
+
+BASE = {"project": "alpha/train", "gpu_type": "H100", "gpus": 1, "work_s": 10}
+
+
+async def test_hostile_bodies_get_a_4xx_naming_the_field_and_change_nothing(stack):
+    cases = {
+        "a typo of a field (was silently unallocated)": ({**BASE, "min_runtme_s": 60}, 422, "min_runtme_s"),
+        "no work": ({**BASE, "work_s": 0}, 422, "$.work_s"),
+        "1e30 seconds of work": ({**BASE, "work_s": 1e30}, 422, "$.work_s"),
+        "negative GPUs": ({**BASE, "gpus": -1}, 422, "$.gpus"),
+        "a million GPUs": ({**BASE, "gpus": 10**6}, 422, "$.gpus"),
+        "a minimum runtime above the work": ({**BASE, "work_s": 10, "min_runtime_s": 20}, 400, "min_runtime_s"),
+        "an id with a slash (unreachable afterwards)": ({**BASE, "id": "a/b"}, 422, "$.id"),
+        "an id with a NUL": ({**BASE, "id": "a\u0000b"}, 422, "$.id"),
+        "an id of 200 characters": ({**BASE, "id": "x" * 200}, 422, "$.id"),
+        "a kind of 300 characters": ({**BASE, "kind": "k" * 300}, 422, "$.kind"),
+        "a control character in the project": ({**BASE, "project": "alpha/\u000etrain"}, 400, "project"),
+        "a NUL in the command line": ({**BASE, "command": ["sh", "-c", "a\u0000b"]}, 400, "command[2]"),
+        "a body that is not an object": ([1, 2], 422, "request body"),
+    }
+    async with client(stack, "tok-carol") as http:
+        for sentence, (body, status, text) in cases.items():
+            r = await http.post("/v1/workloads", json=body)
+            assert r.status_code == status, (sentence, r.text)
+            assert text in r.json()["detail"], (sentence, r.json())
+        # 10 MB of unknown fields: refused by size before it is read, with or without a length
+        big = json.dumps({**BASE, "padding": "x" * (10 * 1024 * 1024)}).encode()
+        r = await http.post("/v1/workloads", content=big, headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and "limit" in r.json()["detail"], r.text
+
+        async def chunks():
+            for i in range(0, len(big), 1 << 16):
+                yield big[i:i + (1 << 16)]
+
+        r = await http.post("/v1/workloads", content=chunks(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413, r.text
+        # ids in the path: a NUL was a 500 (PostgreSQL refused it)
+        for method in ("GET", "DELETE"):
+            r = await http.request(method, "/v1/workloads/a%00b")
+            assert r.status_code == 400 and "workload_id" in r.json()["detail"], (method, r.text)
+        r = await http.get("/v1/workloads/a%00b/explain")
+        assert r.status_code == 400
+        # other bodies are strict too
+        r = await http.put("/v1/allocations", json={"shares": {"beta": 2}, "reason": "r", "by": "root"})
+        assert r.status_code == 422 and "by" in r.text
+        r = await http.get("/v1/report", params={"from_s": "nan"})
+        assert r.status_code == 422 and "from_s" in r.text
+    async with client(stack, "tok-health") as agent:
+        r = await agent.post("/v1/nodes/H100-000/health", json={"ok": False, "reson": "typo"})
+        assert r.status_code == 422 and "reson" in r.text
+        r = await agent.post("/v1/nodes/H100%00/heartbeat")
+        assert r.status_code == 400 and "node" in r.json()["detail"]
+    assert await log_events(stack["gateway"].bus, stack.settings.cluster) == []
+    async with client(stack, "tok-admin") as admin:
+        assert (await admin.get("/v1/allocations/history")).json()["changes"] == []
+
+
+async def test_members_submit_to_their_leaves_and_see_only_what_is_theirs(stack):
+    cluster = stack.settings.cluster
+    async with client(stack, "tok-carol") as carol, client(stack, "tok-dave") as dave, \
+            client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob, client(stack, "tok-admin") as admin:
+        # dave belongs to beta/debug only: alpha's budget is not his to spend
+        r = await dave.post("/v1/workloads", json={**BASE, "id": "dave-in-alpha"})
+        assert r.status_code == 403 and "project" in r.json()["detail"] and "dave" in r.json()["detail"], r.text
+        r = await carol.post("/v1/workloads", json={**BASE, "id": "carols", "command": ["train", "--secret=1"]})
+        assert r.status_code == 202, r.text
+        await wait_for(lambda: _visible(admin, "carols"), what="carol's workload in the gateway")
+        # the owner, alpha's manager and an admin see it; dave and bob (beta's manager) do not
+        for who in (carol, alice, admin):
+            assert (await who.get("/v1/workloads/carols")).status_code == 200
+        for who in (dave, bob):
+            r = await who.get("/v1/workloads/carols")
+            assert r.status_code == 403, r.text
+            assert "carols" not in [w["id"] for w in (await who.get("/v1/workloads")).json()["workloads"]]
+            assert (await who.get("/v1/workloads/carols/explain")).status_code == 403
+            assert (await who.delete("/v1/workloads/carols")).status_code == 403
+        assert "carols" in [w["id"] for w in (await alice.get("/v1/workloads")).json()["workloads"]]
+    events = await log_events(stack["gateway"].bus, cluster)
+    assert [e.workload.id for e in of_type(events, ev.WorkloadSubmitted)] == ["carols"]
+    assert not of_type(events, ev.WorkloadCancelled)
+
+
+async def _visible(http, wid: str):
+    return (await http.get(f"/v1/workloads/{wid}")).status_code == 200
+
+
+async def test_hashed_tokens_and_the_pending_limit(make_settings):
+    """The token table holds only sha256 digests; a user with the limit of pending work gets 429."""
+    tokens = {token_hash("s3cret-carol"): {"user": "carol", "member_of": ["alpha"]},
+              token_hash("s3cret-root"): {"user": "root", "admin": True}}
+    stack = await Stack(make_settings(tokens=json.dumps(tokens), max_pending_per_user=2)).start()
+    try:
+        async with client(stack, "s3cret-carol") as carol, client(stack, "s3cret-root") as root:
+            async with client(stack, token_hash("s3cret-carol")) as digest:  # the digest is no token
+                assert (await digest.get("/v1/workloads")).status_code == 401
+            big = {**BASE, "gpus": 8, "work_s": 600, "min_runtime_s": 60}  # the whole cluster each
+            for i in range(3):
+                r = await carol.post("/v1/workloads", json={**big, "id": f"big-{i}"})
+                assert r.status_code == 202, r.text
+
+            async def two_pending():
+                docs = (await carol.get("/v1/workloads", params={"state": "pending"})).json()["workloads"]
+                return len(docs) == 2
+
+            await wait_for(two_pending, what="two of carol's workloads pending")
+            r = await carol.post("/v1/workloads", json={**big, "id": "big-3"})
+            assert r.status_code == 429 and "pending" in r.json()["detail"] and "2" in r.json()["detail"], r.text
+            assert (await root.post("/v1/workloads", json={**big, "id": "roots"})).status_code == 202  # admins: no limit
+        events = await log_events(stack["gateway"].bus, stack.settings.cluster)
+        assert "big-3" not in {e.workload.id for e in of_type(events, ev.WorkloadSubmitted)}
+    finally:
+        await stack.stop()
+
+
+async def test_tree_changes_that_would_hide_work_or_break_fractions_are_refused(stack):
+    cluster = stack.settings.cluster
+    async with client(stack, "tok-carol") as carol, client(stack, "tok-admin") as admin, \
+            client(stack, "tok-alice") as alice:
+        r = await carol.post("/v1/workloads", json={**BASE, "id": "leafwork", "gpus": 4, "work_s": 600,
+                                                    "min_runtime_s": 60})
+        assert r.status_code == 202
+        await wait_for(lambda: _visible(admin, "leafwork"), what="leafwork in the gateway")
+        cases = {
+            "a leaf holding work becomes a parent": ({"alpha/train/sub": 1}, "alpha/train is a leaf holding 1"),
+            "a control character as a name": ({"alpha/\u000e": 1}, "node name"),
+            "a device name": ({"beta/com1": 1}, "reserved"),
+            "upper case": ({"beta/COM1": 1}, "node name 'COM1'"),
+            "a share of 4e16": ({"beta": 4e16}, "above the maximum"),
+            "a negative share": ({"beta": -1}, "must not be negative"),
+            "nine levels": ({"/".join(["beta"] + ["x"] * 8): 1}, "levels deep"),
+        }
+        for sentence, (shares, text) in cases.items():
+            r = await admin.put("/v1/allocations", json={"shares": shares, "reason": "attack"})
+            assert r.status_code == 400, (sentence, r.text)
+            assert text in r.json()["detail"], (sentence, r.json())
+        for raw in (b'{"shares": {"beta": NaN}, "reason": "x"}', b'{"shares": {"beta": Infinity}, "reason": "x"}'):
+            r = await admin.put("/v1/allocations", content=raw, headers={"Content-Type": "application/json"})
+            assert r.status_code == 400 and "shares.beta" in r.json()["detail"], r.text
+        # retiring: refused while work is charged below, 403 outside one's subtree, fine when empty
+        r = await admin.post("/v1/allocations/remove", json={"path": "alpha/train", "reason": "typo"})
+        assert r.status_code == 409 and "still holds" in r.json()["detail"], r.text
+        r = await alice.post("/v1/allocations/remove", json={"path": "beta/debug", "reason": "not mine"})
+        assert r.status_code == 403
+        r = await admin.post("/v1/allocations/remove", json={"path": "nowhere", "reason": "x"})
+        assert r.status_code == 404
+        assert (await admin.put("/v1/allocations", json={"shares": {"beta/old": 1}, "reason": "a team"})).status_code == 200
+        r = await admin.post("/v1/allocations/remove", json={"path": "beta/old", "reason": "the team left"})
+        assert r.status_code == 200 and r.json()["removed"] == ["beta/old"], r.text
+        tree = (await admin.get("/v1/allocations")).json()["nodes"]
+        assert "beta/old" not in tree and "alpha/train" in tree
+        history = (await admin.get("/v1/allocations/history")).json()["changes"]
+        assert [h["reason"] for h in history] == ["a team", "the team left"]
+        assert (await carol.get("/v1/workloads/leafwork")).json()["state"] in ("pending", "running")
+    # placement itself refuses a change that hides work, even one the budget service proposed
+    budget = stack["budget"]
+    shares = {p: s for p, s in budget.tree.shares().items() if p != "alpha/train"}
+    forged = ev.BudgetChanged(event_id="hide-it", at_ms=0, cluster=cluster, by="root", reason="x",
+                              old=budget.tree.shares(), new=shares)
+    await budget.bus.propose(forged)
+    reasons = await wait_for(lambda: _reasons(budget.bus, f"placement-{cluster}"), what="the dead letter")
+    assert any("alpha/train" in r and "no longer be a leaf" in r for r in reasons), reasons
+    assert "hide-it" not in {e.event_id for e in await log_events(budget.bus, cluster)}
+
+
+async def _reasons(bus, consumer: str):
+    return [m.headers["Timeshare-Reason"] for m in await dead_letters(bus, consumer)]
+
+
+async def _connect(server, user: str | None, errors: list) -> nats.NATS:
+    async def on_error(exc):
+        errors.append(str(exc))
+
+    creds = json.loads(open(server.credentials_file).read())
+    auth = {"user": user, "password": creds[user]} if user else {}
+    return await nats.connect(server.url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2,
+                              error_cb=on_error, **auth)
+
+
+async def test_nats_itself_refuses_forged_publishes_and_anonymous_clients(stack, nats_server):
+    cluster = stack.settings.cluster
+    async with client(stack, "tok-carol") as carol:
+        r = await carol.post("/v1/workloads", json={**BASE, "id": "victim", "work_s": 600, "min_runtime_s": 60})
+        assert r.status_code == 202
+    await wait_events(stack["gateway"].bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "victim"))
+    before = await log_events(stack["gateway"].bus, cluster)
+
+    errors: list[str] = []
+    with pytest.raises(Exception):
+        await _connect(nats_server, None, errors)
+    assert any("authorization violation" in e.lower() for e in errors), errors
+
+    forged_cmd = msgspec.json.encode({"caller": {"user": "mallory", "admin": True}, "shares": {"beta": 100},
+                                      "reason": "mine now", "request_id": "forged"})
+    completion = ev.WorkloadCompleted(event_id="done.victim.1", at_ms=0, cluster=cluster, workload_id="victim",
+                                      attempt=1)
+    change = ev.BudgetChanged(event_id="forged-change", at_ms=0, cluster=cluster, by="root", reason="x",
+                              old={}, new={"beta": 1, "beta/debug": 1})
+    start = ev.WorkloadStarted(event_id="forged-start", at_ms=0, cluster=cluster, workload_id="victim",
+                               project="alpha/train", gpu_type="H100", gpus=1,
+                               placement=[ev.NodeGpus(node="H100-001", gpu_ids=[0])], allocated=True,
+                               protected_until_ms=None)
+    attempts = [  # (NATS user, subject, payload): each outside what that user may publish
+        ("executor", subjects.cmd_subject(cluster, "budget.set"), forged_cmd),
+        ("health", subjects.cmd_subject(cluster, "budget.set"), forged_cmd),
+        ("gateway", subjects.inbox_subject(cluster, "budget.changed"), ev.encoder.encode(change)),
+        ("gateway", subjects.inbox_subject(cluster, "workload.completed"), ev.encoder.encode(completion)),
+        ("executor", subjects.log_subject(cluster, "workload.started"), ev.encoder.encode(start)),
+        ("budget", subjects.log_subject(cluster, "budget.changed"), ev.encoder.encode(change)),
+        ("ledger", f"$KV.{subjects.LEASE_BUCKET}.placement.{cluster}", b"mallory"),
+        ("gateway", f"$O.{subjects.SNAPSHOT_BUCKET}.M.x", b"pickle"),
+        # nor wipe the log through the JetStream API
+        ("executor", f"$JS.API.STREAM.PURGE.{subjects.LOG_STREAM}", b"{}"),
+        ("gateway", f"$JS.API.STREAM.MSG.DELETE.{subjects.LOG_STREAM}", b'{"seq": 1}'),
+        ("budget", f"$JS.API.STREAM.DELETE.{subjects.LOG_STREAM}", b""),
+        ("health", f"$JS.API.STREAM.UPDATE.{subjects.LOG_STREAM}",
+         b'{"name": "TIMESHARE", "subjects": ["timeshare.v1.>"], "max_msgs": 1}'),
+        ("ledger", f"$KV.{subjects.OPERATOR_BUCKET}.skip.{cluster}", b'{"1": {}}'),
+    ]
+    for user, subject, payload in attempts:
+        errors = []
+        nc = await _connect(nats_server, user, errors)
+        try:
+            with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+                await nc.request(subject, payload, timeout=1)
+            await nc.flush()
+            await asyncio.sleep(0.1)
+        finally:
+            await nc.close()
+        assert any("permissions violation for publish" in e.lower() and subject.lower() in e.lower() for e in errors), \
+            (user, subject, errors)
+    # nor may a service listen to (and answer) another's commands
+    errors = []
+    nc = await _connect(nats_server, "executor", errors)
+    try:
+        await nc.subscribe(subjects.cmd_subject(cluster, "budget.set"))
+        await nc.flush()
+        await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+    assert any("permissions violation for subscription" in e.lower() for e in errors), errors
+    # the owners may: the real budget service's own bus proposes its event type
+    assert stack["budget"].bus.nc.is_connected
+    await asyncio.sleep(0.5)
+    after = await log_events(stack["gateway"].bus, cluster)
+    assert [e.event_id for e in after[:len(before)]] == [e.event_id for e in before]
+    assert not [e for e in after if e.event_id in ("forged-change", "forged-start", "done.victim.1")]
+    async with client(stack, "tok-admin") as admin:
+        assert (await admin.get("/v1/allocations/history")).json()["changes"] == []
+        assert (await admin.get("/v1/workloads/victim")).json()["state"] == "running"
+
+
+async def test_a_forged_record_on_the_log_is_reported_and_skipped_only_by_the_operator(stack, make_settings):
+    from services.placement.service import Placement
+    from services.placement.skip import skip
+
+    cluster = stack.settings.cluster
+    placement = stack["placement"]
+    async with client(stack, "tok-carol") as carol:
+        assert (await carol.post("/v1/workloads", json={**BASE, "id": "holder", "gpus": 8, "work_s": 600,
+                                                        "min_runtime_s": 60})).status_code == 202
+        await wait_events(placement.bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "holder"))
+        assert (await carol.post("/v1/workloads", json={**BASE, "id": "waiter", "gpus": 4,
+                                                        "work_s": 600})).status_code == 202
+        await wait_events(placement.bus, cluster, lambda es: of_type(es, ev.WorkloadSubmitted) and
+                          any(e.workload.id == "waiter" for e in of_type(es, ev.WorkloadSubmitted)))
+        # a forged start (written with placement's own connection, as a stolen credential would) that
+        # double-books the GPUs "holder" runs on: every rebuild failed with an AssertionError
+        forged = ev.WorkloadStarted(event_id="forged-start", at_ms=placement.state.last_event_ms, cluster=cluster,
+                                    workload_id="waiter", project="alpha/train", gpu_type="H100", gpus=4,
+                                    placement=[ev.NodeGpus(node="H100-000", gpu_ids=[0, 1, 2, 3])],
+                                    allocated=True, protected_until_ms=None)
+        ack = await placement.bus.js.publish(subjects.log_subject(cluster, "workload.started"),
+                                             ev.encoder.encode(forged))
+        # the leader's next append is fenced (a record it did not write); its rebuild meets the record
+        assert (await carol.post("/v1/workloads", json={**BASE, "id": "after"})).status_code == 202
+        await wait_for(_async(lambda: placement.untrusted is not None), 20, what="placement to refuse the record")
+        assert placement.untrusted.seq == ack.seq and "double booking" in placement.untrusted.reason
+        assert not placement.leader.is_set()
+        # reported, not a crash loop: it waits, and /healthz names the record
+        terms = placement.terms
+        await asyncio.sleep(2.5)
+        assert placement.terms == terms and placement.untrusted.seq == ack.seq
+        async with client(stack, "tok-admin") as admin:
+            health = await wait_for(lambda: _health_names(admin, ack.seq), 10, what="/healthz to name the record")
+            assert health["services"]["placement"]["untrusted_record"]["type"] == "workload.started"
+        # a new instance (a devstack restart) says so instead of hanging
+        other = Placement(make_settings(), stack.config, stack.clock)
+        await asyncio.wait_for(other.start(), 20)
+        try:
+            assert other.untrusted is not None and other.untrusted.seq == ack.seq
+        finally:
+            await other.stop()
+        # the operator's explicit decision
+        await skip(make_settings(), cluster, ack.seq, "forged start", "test")
+        await wait_for(_async(lambda: placement.leader.is_set()), 20, what="placement to lead again")
+        assert placement.skipped == [ack.seq] and placement.untrusted is None
+        events = await wait_events(placement.bus, cluster,
+                                   lambda es: any(e.workload.id == "after" for e in of_type(es, ev.WorkloadSubmitted)),
+                                   what="the submission made while placement waited")
+        holder = [e for e in events if getattr(e, "workload_id", None) == "holder"]
+        assert [type(e) for e in holder][:1] == [ev.WorkloadStarted]
+        state = placement.state
+        assert state.workloads["holder"].state == "running" and state.workloads["waiter"].state == "pending"
+
+
+def _async(predicate):
+    async def check():
+        return predicate()
+
+    return check
+
+
+async def _health_names(http, seq: int):
+    body = (await http.get("/healthz")).json()
+    p = body["services"].get("placement") or {}
+    return body if (p.get("untrusted_record") or {}).get("seq") == seq else None
+
+
+async def test_the_cli_retires_an_empty_node_and_says_why_it_cannot_retire_one_with_work(stack):
+    from .test_cli import timeshare
+
+    async with client(stack, "tok-carol") as carol:
+        assert (await carol.post("/v1/workloads", json={**BASE, "id": "busy", "work_s": 600})).status_code == 202
+        await wait_for(lambda: _visible(carol, "busy"), what="busy in the gateway")
+    r = await timeshare(stack, "tok-admin", "budget", "set", "beta/old=1", "--reason", "a team")
+    assert r.returncode == 0, r.stderr
+    r = await timeshare(stack, "tok-admin", "budget", "remove", "beta/old", "--reason", "the team left")
+    assert r.returncode == 0 and "removed beta/old" in r.stdout, r.stderr
+    r = await timeshare(stack, "tok-admin", "budget", "remove", "alpha/train", "--reason", "typo")
+    assert r.returncode == 1 and "409" in r.stderr and "still holds" in r.stderr and "Traceback" not in r.stderr
+    r = await timeshare(stack, "tok-admin", "budget", "set", "alpha/train/sub=1", "--reason", "typo")
+    assert r.returncode == 1 and "alpha/train is a leaf holding 1" in r.stderr and "Traceback" not in r.stderr
+    for bad in ("x=nan", "x=inf", "x=lots", "x=-1"):
+        r = await timeshare(stack, "tok-admin", "budget", "set", bad, "--reason", "r")
+        assert r.returncode == 2 and "argument PATH=SHARE" in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+    async with client(stack, "tok-admin") as admin:
+        history = (await admin.get("/v1/allocations/history")).json()["changes"]
+        assert [h["reason"] for h in history] == ["a team", "the team left"]
+
+
+async def test_a_proposal_with_an_unknown_field_is_refused_not_silently_dropped(stack):
+    cluster = stack.settings.cluster
+    gw = stack["gateway"]
+    spec = WorkloadSpec(id="extra", submit_s=0, project="alpha/train", gpu_type="H100", gpus=1, work_s=5, user="carol")
+    body = msgspec.to_builtins(ev.WorkloadSubmitted(event_id="sub.extra", at_ms=0, cluster=cluster, workload=spec))
+    body["urgent"] = True  # a field no version has
+    await gw.bus.js.publish(subjects.inbox_subject(cluster, "workload.submitted"), msgspec.json.encode(body))
+    reasons = await wait_for(lambda: _reasons(gw.bus, f"placement-{cluster}"), what="the dead letter")
+    assert any("unknown field 'urgent'" in r for r in reasons), reasons
+    assert "extra" not in {e.workload.id for e in of_type(await log_events(gw.bus, cluster), ev.WorkloadSubmitted)}
