@@ -1,44 +1,176 @@
-"""OpenTelemetry: a tracer per service, trace context carried in NATS headers.
+"""OpenTelemetry: a tracer per service, trace context carried in NATS headers (W3C traceparent).
 
-With TIMESHARE_OTEL=none (the default) spans are created by the API's no-op tracer and cost
-almost nothing; "console" prints them, "otlp" exports to OTEL_EXPORTER_OTLP_ENDPOINT when the
-OTLP exporter package is installed.
+``TIMESHARE_OTEL``:
+* ``none`` (the default): spans are created by the API's no-op tracer and cost almost nothing;
+  when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is
+  set, it means ``otlp`` (a deployment that configured a collector wants its traces);
+* ``memory``: the latest spans are kept in this process (``SpanStore``) where the gateway's
+  ``/v1/workloads/{id}/trace`` and the dashboard's workload page read them: tracing on a laptop
+  without a collector (the devstack's default; it runs every service in one process);
+* ``console``: printed; ``otlp``: exported with the OTLP/HTTP exporter, configured by the
+  standard ``OTEL_EXPORTER_OTLP_*`` variables (endpoint, headers, timeout), plus the memory store.
+
+``OTEL_SDK_DISABLED=true`` turns everything off. The tracer provider is one per process (the
+OpenTelemetry API allows it to be set once), so the first service that asks for tracing sets
+it; each service has its own tracer (instrumentation scope ``timeshare.<service>``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+from collections import OrderedDict, deque
+from typing import Any
 
 from opentelemetry import propagate, trace
 
+log = logging.getLogger("timeshare.telemetry")
+
 _configured = False
+_store: "SpanStore | None" = None
+
+#: spans the memory store keeps (about 1-2 kB each): the latest few thousand workloads' traces
+MEMORY_SPANS = 50_000
+
+
+def _otlp_env_set() -> bool:
+    # the standard OpenTelemetry variables, read by its SDK; we only look whether one is set
+    return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
 def setup_telemetry(service: str, mode: str) -> trace.Tracer:
-    global _configured
+    """The tracer of ``service``; the first call with a mode other than ``none`` sets the
+    process's tracer provider."""
+    global _configured, _store
+    if mode == "none" and _otlp_env_set():
+        mode = "otlp"
+    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        mode = "none"
     if mode != "none" and not _configured:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-        provider = TracerProvider(resource=Resource.create({"service.name": f"timeshare-{service}"}))
+        # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES win when set (Resource.create reads them)
+        name = os.environ.get("OTEL_SERVICE_NAME") or "timeshare"
+        provider = TracerProvider(resource=Resource.create({"service.name": name}))
         if mode == "console":
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
         elif mode == "otlp":
             try:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             except ImportError:
-                logging.getLogger("timeshare").warning("TIMESHARE_OTEL=otlp needs opentelemetry-exporter-otlp; tracing off")
+                log.warning("TIMESHARE_OTEL=otlp needs opentelemetry-exporter-otlp-proto-http; OTLP export off")
             else:
                 provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        if mode in ("memory", "otlp"):
+            _store = SpanStore(MEMORY_SPANS)
+            provider.add_span_processor(_store)
+        elif mode != "console":
+            log.warning("TIMESHARE_OTEL=%r: expected none, memory, console or otlp; keeping spans in memory", mode)
+            _store = SpanStore(MEMORY_SPANS)
+            provider.add_span_processor(_store)
         trace.set_tracer_provider(provider)
         _configured = True
     return trace.get_tracer(f"timeshare.{service}")
 
 
-def inject_context(headers: dict) -> None:
-    propagate.inject(headers)
+def enabled() -> bool:
+    """Whether spans are recorded (so callers skip building attributes for the no-op tracer)."""
+    return _configured
+
+
+def span_store() -> "SpanStore | None":
+    return _store
+
+
+def inject_context(headers: dict, context=None) -> None:
+    propagate.inject(headers, context=context)
 
 
 def extract_context(headers: dict | None):
     return propagate.extract(headers or {})
+
+
+def attributes_of(prefix: str, obj: Any) -> dict[str, Any]:
+    """A msgspec struct's fields as span attributes ``<prefix>.<field>`` (None left out: an
+    attribute may not be None)."""
+    import msgspec
+
+    out: dict[str, Any] = {}
+    for k, v in msgspec.structs.asdict(obj).items():
+        if v is None:
+            continue
+        out[f"{prefix}.{k}"] = v if isinstance(v, (str, bool, int, float)) else str(v)
+    return out
+
+
+class SpanStore:
+    """A span processor that keeps the latest ``max_spans`` finished spans in memory, by trace,
+    and which trace each workload belongs to (the first span naming it: its HTTP submission).
+
+    Implements the SDK's ``SpanProcessor`` interface (on_start / on_end / shutdown /
+    force_flush); ``on_end`` runs in the thread that ended the span, so a lock guards it."""
+
+    def __init__(self, max_spans: int):
+        self.max_spans = max_spans
+        self._spans: deque[dict] = deque()
+        self._by_trace: dict[str, list[dict]] = {}
+        self._trace_of: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- SpanProcessor ------------------------------------------------------------------------
+    def on_start(self, span, parent_context=None) -> None:
+        pass
+
+    def _on_ending(self, span) -> None:  # newer SDKs call it; nothing to do before the end
+        pass
+
+    def on_end(self, span) -> None:
+        ctx = span.get_span_context()
+        trace_id = format(ctx.trace_id, "032x")
+        attrs = dict(span.attributes or {})
+        record = {
+            "trace_id": trace_id, "span_id": format(ctx.span_id, "016x"),
+            "parent_id": format(span.parent.span_id, "016x") if span.parent is not None else None,
+            "name": span.name, "service": span.instrumentation_scope.name if span.instrumentation_scope else "",
+            "start_ms": span.start_time / 1e6, "end_ms": (span.end_time or span.start_time) / 1e6,
+            "status": span.status.status_code.name, "attributes": attrs,
+            "events": [{"name": e.name, "at_ms": e.timestamp / 1e6, "attributes": dict(e.attributes or {})}
+                       for e in span.events],
+            "links": [format(link.context.span_id, "016x") for link in span.links],
+        }
+        with self._lock:
+            self._spans.append(record)
+            self._by_trace.setdefault(trace_id, []).append(record)
+            wid = attrs.get("timeshare.workload_id")
+            if isinstance(wid, str) and wid not in self._trace_of:
+                self._trace_of[wid] = trace_id
+                if len(self._trace_of) > self.max_spans:
+                    self._trace_of.popitem(last=False)
+            while len(self._spans) > self.max_spans:
+                old = self._spans.popleft()
+                spans = self._by_trace.get(old["trace_id"])
+                if spans:
+                    spans.remove(old)
+                    if not spans:
+                        del self._by_trace[old["trace_id"]]
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    # -- reading ------------------------------------------------------------------------------
+    def trace_of(self, workload_id: str) -> str | None:
+        with self._lock:
+            tid = self._trace_of.get(workload_id)
+            return tid if tid in self._by_trace else None
+
+    def spans_of(self, trace_id: str) -> list[dict]:
+        """The trace's spans, earliest start first (copies: the caller may change them)."""
+        with self._lock:
+            spans = list(self._by_trace.get(trace_id, ()))
+        return [dict(s) for s in sorted(spans, key=lambda s: (s["start_ms"], s["span_id"]))]

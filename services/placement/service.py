@@ -25,6 +25,7 @@ from pathlib import Path
 
 import msgspec
 import nats.errors
+from opentelemetry import trace
 from nats.js.errors import ObjectNotFoundError
 from nats.js.errors import KeyWrongLastSequenceError
 
@@ -42,6 +43,7 @@ from ..common.cluster_config import ClusterConfig
 from ..common.ids import attempt_of
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient
+from ..common import telemetry
 from ..common.telemetry import setup_telemetry
 from . import view
 
@@ -83,6 +85,11 @@ class Placement:
         self.instance = uuid.uuid4().hex[:8]
         self.policy = BudgetPolicy()
         self.tracer = setup_telemetry("placement", settings.otel)
+        #: workload id -> the trace context its decisions' spans are children of (its
+        #: ``workload.submitted`` span; rebuilt from the log's traceparent headers on replay)
+        self.trace_ctx: dict[str, object] = {}
+        #: event id -> the trace context its log message carries (this batch only)
+        self.event_ctx: dict[str, object] = {}
         self.state: SchedulerState | None = None
         #: ids of applied *proposed* events whose workload has not ended (see _remember)
         self.applied_ids: set[str] = set()
@@ -285,6 +292,8 @@ class Placement:
         def on_msg(m) -> None:
             nonlocal n
             e = decode_event(m.data)
+            if isinstance(e, ev.WorkloadSubmitted) and m.headers and "traceparent" in m.headers:
+                self.trace_ctx[e.workload.id] = telemetry.extract_context(m.headers)
             self.state.apply(e)
             self._remember(e)
             n += 1
@@ -421,6 +430,7 @@ class Placement:
                     self.stats["rejected"] += 1
                     continue
                 for a in accepted_events:
+                    self._trace_input(a, m)
                     state.apply(a)
                     self._remember(a)
                 out += accepted_events
@@ -437,6 +447,7 @@ class Placement:
             if out:
                 await self._append(out)
                 self._maybe_snapshot(len(out))
+            self.event_ctx.clear()
         for m, reason in dead:
             await self.bus.dead_letter(f"placement-{self.cluster}", m, reason)
         if msgs:
@@ -465,11 +476,15 @@ class Placement:
         if ended and wid is not None:
             for i in self.ids_of.pop(wid, ()):
                 self.applied_ids.discard(i)
+            self.trace_ctx.pop(wid, None)
 
     def _pass(self, now_ms: int) -> list[ev.Event]:
         now_s = now_ms // 1000 if now_ms % 1000 == 0 else now_ms / 1000
         with self.tracer.start_as_current_span("placement.pass") as span:
+            start_ns = time.time_ns()
             decisions = self.policy.schedule(self.state, now_s)
+            if telemetry.enabled():
+                self._trace_decisions(decisions, span, start_ns)
             for e in decisions:
                 self._remember(e)
                 if isinstance(e, ev.WorkloadPreempted):
@@ -482,10 +497,67 @@ class Placement:
         self.last_pass_wall = time.monotonic()
         return decisions
 
+    # -- traces -----------------------------------------------------------------------------
+    # One trace per workload: the gateway's HTTP span -> "placement workload.submitted" (here,
+    # child of the traceparent the proposal carried) -> one span per decision about it, child
+    # of that, timed like the pass that made it and linked to the pass's own span -> the
+    # executor's report -> "placement workload.completed". Each log message carries the context
+    # of its event's span, so services downstream continue the workload's trace.
+    def _trace_input(self, e: ev.Event, msg) -> None:
+        if not telemetry.enabled():
+            return
+        wid = e.workload.id if isinstance(e, ev.WorkloadSubmitted) else getattr(e, "workload_id", None)
+        if wid is None:
+            return
+        headers = msg.headers or {}
+        parent = telemetry.extract_context(headers) if "traceparent" in headers else self.trace_ctx.get(wid)
+        attrs = {"timeshare.workload_id": wid, "timeshare.event_id": e.event_id, "timeshare.at_ms": e.at_ms,
+                 "timeshare.cluster": self.cluster}
+        if isinstance(e, ev.WorkloadSubmitted):
+            w = e.workload
+            attrs.update({"timeshare.project": w.project, "timeshare.user": w.user, "timeshare.gpu_type": w.gpu_type,
+                          "timeshare.gpus": w.gpus, "timeshare.min_runtime_s": w.min_runtime_s,
+                          "timeshare.resumable": w.resumable, "timeshare.kind": w.kind})
+        span = self.tracer.start_span(f"placement {ev.event_type(e)}", context=parent, attributes=attrs)
+        span.end()
+        ctx = trace.set_span_in_context(span)
+        if isinstance(e, ev.WorkloadSubmitted):
+            self.trace_ctx[wid] = ctx
+        self.event_ctx[e.event_id] = ctx
+
+    def _trace_decisions(self, decisions: list[ev.Event], pass_span, start_ns: int) -> None:
+        """A span per decision in its workload's trace, with the numbers that justified it."""
+        link = [trace.Link(pass_span.get_span_context())]
+        for e in decisions:
+            wid = getattr(e, "workload_id", None)
+            if wid is None:
+                continue
+            attrs: dict = {"timeshare.workload_id": wid, "timeshare.event_id": e.event_id,
+                           "timeshare.at_ms": e.at_ms, "timeshare.cluster": self.cluster}
+            if isinstance(e, ev.WorkloadStarted):
+                attrs.update({"timeshare.project": e.project, "timeshare.gpus": e.gpus,
+                              "timeshare.nodes": ",".join(p.node for p in e.placement),
+                              "timeshare.allocated": e.allocated, "timeshare.attempt": e.attempt})
+                if e.protected_until_ms is not None:
+                    attrs["timeshare.protected_until_ms"] = e.protected_until_ms
+            elif isinstance(e, ev.WorkloadPreempted):
+                attrs.update(telemetry.attributes_of("timeshare.preemption", e.reason))
+                attrs.update({"timeshare.resumable": e.resumable, "timeshare.progress_s": e.progress_s,
+                              "timeshare.lost_gpu_s": e.lost_gpu_s})
+            # a workload whose trace is unknown (submitted before a snapshot) hangs under the pass
+            parent = self.trace_ctx.get(wid)
+            span = self.tracer.start_span(f"placement.pass {ev.event_type(e)}", context=parent, links=link,
+                                          start_time=start_ns, attributes=attrs)
+            if isinstance(e, ev.WorkloadPreempted):
+                span.add_event("preempted", {"timeshare.message": e.reason.message})
+            span.end()
+            self.event_ctx[e.event_id] = trace.set_span_in_context(span)
+
     async def _append(self, out: list[ev.Event]) -> None:
         acks = await self.bus.publish_events(
             out, lambda e: subjects.log_subject(self.cluster, ev.event_type(e)),
-            fence_after_seq=self.last_log_seq, fence_filter=subjects.log_filter(self.cluster))
+            fence_after_seq=self.last_log_seq, fence_filter=subjects.log_filter(self.cluster),
+            context_of=lambda e: self.event_ctx.get(e.event_id))
         self.last_log_seq = max(self.last_log_seq, *(a.seq for a in acks))
         dup = [(e.event_id, a.seq) for e, a in zip(out, acks) if a.duplicate]
         if dup:
