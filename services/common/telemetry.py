@@ -173,4 +173,4 @@ class SpanStore:
         """The trace's spans, earliest start first (copies: the caller may change them)."""
         with self._lock:
             spans = list(self._by_trace.get(trace_id, ()))
-        return [dict(s) for s in sorted(spans, key=lambda s: (s["start_ms"], s["span_id"]))]
+        return [dict(s) for s in sorted(spans, key=lambda s: (s["start_ms"], s["end_ms"], s["span_id"]))]

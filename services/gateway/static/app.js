@@ -234,8 +234,6 @@ async function renderWorkload(main, id) {
   }
   if (state !== "ended") segs.push(el("div", { class: `seg ${state}`, style: `left:${x(since)};width:${w(since, tEnd)}` }));
   const last = explain.last_preemption || doc.last_reason;
-  const reasonRows = last ? Object.entries(last).filter(([k, v]) => v !== null && k !== "message")
-    .map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, typeof v === "number" && !Number.isInteger(v) ? num(v, 3) : String(v)))) : [];
   main.replaceChildren(
     el("h1", {}, `Workload ${id}`),
     el("div", { class: "facts", id: "facts" },
@@ -253,7 +251,7 @@ async function renderWorkload(main, id) {
         el("td", { class: "num" }, num(l.due_gpus, 1)), el("td", { class: "num" }, num(l.fill)), el("td", { class: "num" }, num(l.ratio)))))) : null,
     last ? el("h2", {}, "Last preemption") : null,
     last ? el("p", { id: "last-preemption" }, last.message || "") : null,
-    last ? el("table", { id: "reason" }, el("tbody", {}, reasonRows)) : null,
+    last ? reasonTable(last, id) : null,
     el("h2", {}, "Timeline"),
     el("div", { class: "timeline", id: "timeline" }, segs),
     el("table", { id: "history" },
@@ -264,6 +262,30 @@ async function renderWorkload(main, id) {
           : h.placement ? h.placement.map((p) => `${p.node} [${p.gpu_ids.join(",")}]`).join(" ") : ""))))),
     el("h2", {}, "Trace"),
     waterfall(tr));
+}
+
+// the reason's numbers side by side: the two subtrees where the paths of preemptor and victim
+// part, then the rule and its thresholds (the event's own field names, so they can be looked up)
+function reasonTable(r, victimId) {
+  const v = (x, d = 3) => (x === null || x === undefined) ? "–" : typeof x === "number" && !Number.isInteger(x) ? num(x, d) : String(x);
+  const pair = (label, field, a, b) => el("tr", { "data-field": field }, el("th", {}, label), el("td", { class: "num" }, v(a)), el("td", { class: "num" }, v(b)));
+  const one = (label, field, x) => el("tr", { "data-field": field }, el("th", {}, label), el("td", { class: "num", colSpan: 2 }, x));
+  return el("table", { id: "reason" },
+    el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", {}, "preemptor"), el("th", {}, "victim"))),
+    el("tbody", {},
+      one("kind", "kind", v(r.kind)),
+      one("rule that allowed it", "rule", v(r.rule)),
+      pair("workload", "by_workload_id", r.by_workload_id, victimId),
+      pair("project", "by_project", r.by_project, null),
+      one("level where their paths part", "level", r.level === "" ? "top of the tree" : v(r.level)),
+      pair("subtree", "preemptor_subtree / victim_subtree", r.preemptor_subtree, r.victim_subtree),
+      pair("usage ratio", "preemptor_ratio / victim_ratio", r.preemptor_ratio, r.victim_ratio),
+      pair("fill (running / due GPUs)", "preemptor_fill / victim_fill", r.preemptor_fill, r.victim_fill),
+      pair("running GPUs", "victim_running_gpus", null, r.victim_running_gpus),
+      pair("due GPUs now", "victim_due_gpus", null, r.victim_due_gpus),
+      one("hysteresis", "hysteresis", v(r.hysteresis)),
+      one("victim protected until", "victim_protected_until_ms", r.victim_protected_until_ms ? utc(r.victim_protected_until_ms) : "–"),
+      r.node ? one("node", "node", v(r.node)) : null));
 }
 
 function waterfall(tr) {
@@ -316,10 +338,19 @@ async function showWho() {
   } catch (_) { document.getElementById("whoami").textContent = ""; }
 }
 
-function init() {
-  // a token in the fragment (never sent to the server) is kept and removed from the address bar
+// a token in the fragment (never sent to the server) is kept and removed from the address bar
+function takeTokenFromHash() {
   const m = location.hash.match(/token=([^&]+)/);
-  if (m) { localStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname + location.search); }
+  if (!m) return false;
+  localStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+  history.replaceState(null, "", location.pathname + location.search);
+  return true;
+}
+
+function init() {
+  takeTokenFromHash();
+  // the same page opened again with #token=... does not reload: take the token all the same
+  window.addEventListener("hashchange", () => { if (takeTokenFromHash()) { showWho(); render(); } });
   document.getElementById("token-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const t = ev.target.token.value.trim();
