@@ -76,6 +76,67 @@ def setup_telemetry(service: str, mode: str) -> trace.Tracer:
     return trace.get_tracer(f"timeshare.{service}")
 
 
+_metrics_configured = False
+_metric_reader = None
+
+
+def setup_metrics(service: str, mode: str):
+    """The meter of ``service``; the first call with a mode other than ``none`` sets the
+    process's meter provider: OTLP export (``otlp``, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms,
+    default 60 s) and, for ``memory`` and ``otlp``, a reader the gateway's ``GET /v1/metrics``
+    collects on demand."""
+    global _metrics_configured, _metric_reader
+    from opentelemetry import metrics
+
+    if mode == "none" and _otlp_env_set():
+        mode = "otlp"
+    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        mode = "none"
+    if mode not in ("none", "console") and not _metrics_configured:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+
+        readers = []
+        if mode == "otlp":
+            try:
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+            except ImportError:
+                log.warning("TIMESHARE_OTEL=otlp needs opentelemetry-exporter-otlp-proto-http; OTLP metrics off")
+            else:
+                readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+        _metric_reader = InMemoryMetricReader()
+        readers.append(_metric_reader)
+        name = os.environ.get("OTEL_SERVICE_NAME") or "timeshare"
+        metrics.set_meter_provider(MeterProvider(resource=Resource.create({"service.name": name}),
+                                                 metric_readers=readers))
+        _metrics_configured = True
+    return metrics.get_meter(f"timeshare.{service}")
+
+
+def metrics_snapshot() -> dict | None:
+    """Every metric of this process now, as JSON-able data (None: metrics are not kept here)."""
+    if _metric_reader is None:
+        return None
+    data = _metric_reader.get_metrics_data()
+    out: dict[str, dict] = {}
+    for rm in (data.resource_metrics if data else ()):
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                points = []
+                for p in m.data.data_points:
+                    point: dict[str, Any] = {"attributes": dict(p.attributes or {})}
+                    if hasattr(p, "bucket_counts"):
+                        point.update(count=p.count, sum=p.sum, min=p.min, max=p.max,
+                                     bounds=list(p.explicit_bounds), buckets=list(p.bucket_counts))
+                    else:
+                        point["value"] = p.value
+                    points.append(point)
+                points.sort(key=lambda x: sorted(x["attributes"].items()))
+                out[m.name] = {"unit": m.unit, "description": m.description, "points": points}
+    return out
+
+
 def enabled() -> bool:
     """Whether spans are recorded (so callers skip building attributes for the no-op tracer)."""
     return _configured

@@ -113,6 +113,18 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
                         "free": n["free"], "gpus": gpus})
         return {"now_ms": now_ms, "nodes": out}
 
+    @app.get("/v1/metrics", tags=["operations"])
+    async def metrics_now(who: Auth) -> dict:
+        """The OpenTelemetry metrics of the services in this process, collected now (queue
+        length, queue waits by kind, busy GPUs allocated / unallocated, occupancy, usage ratio
+        per tree node, preemptions by reason, drains, HTTP durations). Kept when
+        ``TIMESHARE_OTEL`` is ``memory`` or ``otlp``; the devstack runs every service in one
+        process, so all of them are here."""
+        snapshot = telemetry.metrics_snapshot()
+        if snapshot is None:
+            return {"metrics": {}, "note": "metrics are not kept in this gateway (TIMESHARE_OTEL is not 'memory' or 'otlp')"}
+        return {"metrics": snapshot}
+
     @app.get("/v1/workloads/{workload_id}/trace", tags=["workloads"])
     async def workload_trace(workload_id: str, who: Auth) -> dict:
         """The spans of the workload's trace (HTTP request, submission, the passes that decided

@@ -44,8 +44,9 @@ from ..common.ids import attempt_of
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient
 from ..common import telemetry
-from ..common.telemetry import setup_telemetry
+from ..common.telemetry import setup_metrics, setup_telemetry
 from . import view
+from .metrics import PlacementMetrics
 
 log = logging.getLogger("timeshare.placement")
 
@@ -90,6 +91,7 @@ class Placement:
         self.trace_ctx: dict[str, object] = {}
         #: event id -> the trace context its log message carries (this batch only)
         self.event_ctx: dict[str, object] = {}
+        self.metrics = PlacementMetrics(setup_metrics("placement", settings.otel), self)
         self.state: SchedulerState | None = None
         #: ids of applied *proposed* events whose workload has not ended (see _remember)
         self.applied_ids: set[str] = set()
@@ -485,6 +487,7 @@ class Placement:
             decisions = self.policy.schedule(self.state, now_s)
             if telemetry.enabled():
                 self._trace_decisions(decisions, span, start_ns)
+            self.metrics.decided(decisions)
             for e in decisions:
                 self._remember(e)
                 if isinstance(e, ev.WorkloadPreempted):

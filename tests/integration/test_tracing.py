@@ -107,10 +107,26 @@ async def test_victims_trace_holds_the_preemption_span_with_the_numbers_explain_
         headers = next(h for e, h in logged if isinstance(e, ev.WorkloadPreempted))
         assert headers["traceparent"].split("-")[1] == trace["trace_id"]
         assert headers["traceparent"].split("-")[2] == decision["span_id"]
-        # the ledger counted the same preemption
+        # the ledger counted the same preemption, and so did placement's metrics
         async with client(stack, "tok-admin") as admin:
             report = (await admin.get("/v1/report")).json()
+            metrics = (await admin.get("/v1/metrics")).json()["metrics"]
         assert report["preemptions_by_reason"].get("fair_share") == 1
+
+        def points(name: str) -> list[dict]:
+            return [p for p in metrics[name]["points"] if p["attributes"].get("cluster") == cluster]
+
+        assert [(p["attributes"]["reason"], p["attributes"]["rule"], p["value"])
+                for p in points("timeshare.preemptions")] == [("fair_share", "due_share", 1)]
+        assert {p["attributes"]["phase"]: p["value"] for p in points("timeshare.queue.length")} == {"allocated": 1}
+        assert [p["value"] for p in points("timeshare.occupancy")] == [1.0]  # 8 of 8 GPUs busy
+        busy = {p["attributes"]["allocated"]: p["value"] for p in points("timeshare.gpus.busy")}
+        assert busy == {True: 8, False: 0}
+        # four starts: quick, both hogs, the newcomer; each wait shorter than the test
+        waits = points("timeshare.queue.wait")
+        assert sum(p["count"] for p in waits) == 4 and all(p["max"] < 30 for p in waits)
+        ratios = {p["attributes"]["node"] for p in points("timeshare.usage_ratio")}
+        assert {"alpha", "alpha/train", "beta", "beta/debug"} <= ratios
     finally:
         await stack.stop()
 
