@@ -91,6 +91,8 @@ class Placement:
         self.trace_ctx: dict[str, object] = {}
         #: event id -> the trace context its log message carries (this batch only)
         self.event_ctx: dict[str, object] = {}
+        #: spans of this batch's events, ended when the log holds them (or refused them)
+        self.open_spans: list = []
         self.metrics = PlacementMetrics(setup_metrics("placement", settings.otel), self)
         self.state: SchedulerState | None = None
         #: ids of applied *proposed* events whose workload has not ended (see _remember)
@@ -401,6 +403,7 @@ class Placement:
         dead: list[tuple[object, str]] = []
         replies: list[tuple[str, dict]] = []
         accepted = 0
+        self._end_spans(appended=False)  # left by a batch that failed before its append
         with self.tracer.start_as_current_span("placement.batch") as span:
             for m in msgs:
                 if m.subject.endswith("." + subjects.TICK):
@@ -522,7 +525,7 @@ class Placement:
                           "timeshare.gpus": w.gpus, "timeshare.min_runtime_s": w.min_runtime_s,
                           "timeshare.resumable": w.resumable, "timeshare.kind": w.kind})
         span = self.tracer.start_span(f"placement {ev.event_type(e)}", context=parent, attributes=attrs)
-        span.end()
+        self.open_spans.append(span)  # ended once the log holds it (_append)
         ctx = trace.set_span_in_context(span)
         if isinstance(e, ev.WorkloadSubmitted):
             self.trace_ctx[wid] = ctx
@@ -553,16 +556,32 @@ class Placement:
                                           start_time=start_ns, attributes=attrs)
             if isinstance(e, ev.WorkloadPreempted):
                 span.add_event("preempted", {"timeshare.message": e.reason.message})
-            span.end()
+            self.open_spans.append(span)  # ended once the log holds the decision (_append)
             self.event_ctx[e.event_id] = trace.set_span_in_context(span)
 
+    def _end_spans(self, appended: bool) -> None:
+        """End the spans of this batch's events: a decision is made when the log holds it. A
+        batch the log refused (a deposed leader, a term that ended) is marked: the next leader
+        decides again, with other event ids, in spans of its own."""
+        for span in self.open_spans:
+            span.set_attribute("timeshare.appended", appended)
+            if not appended:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, "not appended to the log: the term ended"))
+            span.end()
+        self.open_spans.clear()
+
     async def _append(self, out: list[ev.Event]) -> None:
-        acks = await self.bus.publish_events(
-            out, lambda e: subjects.log_subject(self.cluster, ev.event_type(e)),
-            fence_after_seq=self.last_log_seq, fence_filter=subjects.log_filter(self.cluster),
-            context_of=lambda e: self.event_ctx.get(e.event_id))
+        try:
+            acks = await self.bus.publish_events(
+                out, lambda e: subjects.log_subject(self.cluster, ev.event_type(e)),
+                fence_after_seq=self.last_log_seq, fence_filter=subjects.log_filter(self.cluster),
+                context_of=lambda e: self.event_ctx.get(e.event_id))
+        except BaseException:
+            self._end_spans(appended=False)
+            raise
         self.last_log_seq = max(self.last_log_seq, *(a.seq for a in acks))
         dup = [(e.event_id, a.seq) for e, a in zip(out, acks) if a.duplicate]
+        self._end_spans(appended=not dup)
         if dup:
             # an id already in the log was not appended, yet the state applied it: the state is
             # no longer the log's; end the term, the next one rebuilds from the log

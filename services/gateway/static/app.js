@@ -300,9 +300,12 @@ function waterfall(tr) {
     el("div", { class: "waterfall" }, spans.map((s) => {
       const svc = (s.service || "").replace("timeshare.", "");
       const attrs = Object.entries(s.attributes).map(([k, v]) => `${k} = ${v}`).join("\n");
-      return el("div", { "data-span": s.name },
+      // a decision the log refused (its leader was deposed) is shown faded: the next leader decided again
+      const discarded = s.attributes["timeshare.appended"] === false;
+      return el("div", { "data-span": s.name, class: discarded ? "discarded" : "" },
         el("div", { class: "wf-row" },
-          el("div", { class: "wf-name", style: `padding-left:${8 + depth(s) * 14}px`, title: s.name }, s.name),
+          el("div", { class: "wf-name", style: `padding-left:${8 + depth(s) * 14}px`, title: s.name },
+            s.name, discarded ? " (not in the log)" : ""),
           el("div", { class: "wf-track" }, el("div", { class: `wf-span svc-${svc}`, title: `${num(s.end_ms - s.start_ms, 2)} ms`,
             style: `left:${(100 * (s.start_ms - t0) / total).toFixed(2)}%;width:${(100 * (s.end_ms - s.start_ms) / total).toFixed(2)}%` }))),
         el("details", { class: "span-attrs" }, el("summary", {}, `${svc} · ${utc(s.start_ms)} · ${num(s.end_ms - s.start_ms, 2)} ms`),
