@@ -13,11 +13,15 @@ from .helpers import client, of_type, wait_events, wait_for
 pytestmark = pytest.mark.integration
 
 
-async def _trace(http, workload_id: str, *names: str) -> dict:
-    """The workload's trace once it holds spans of every name in ``names``."""
+async def _trace(http, workload_id: str, *names: str, event_id: str | None = None) -> dict:
+    """The workload's trace once it holds spans of every name in ``names`` (and the span of the
+    event ``event_id``: a span is ended, so kept, once the log holds its event)."""
     async def ready():
         body = (await http.get(f"/v1/workloads/{workload_id}/trace")).json()
         have = {s["name"] for s in body["spans"]}
+        if event_id is not None and not any(s["attributes"].get("timeshare.event_id") == event_id
+                                            for s in body["spans"]):
+            return None
         return body if all(n in have for n in names) else None
 
     return await wait_for(ready, 10, what=f"spans {names} in the trace of {workload_id}")
@@ -42,10 +46,12 @@ async def test_victims_trace_holds_the_preemption_span_with_the_numbers_explain_
             r = await alice.post("/v1/workloads", json={"project": "alpha/train", "gpu_type": "H100", "gpus": 1,
                                                          "work_s": 1, "min_runtime_s": 1, "id": "quick"})
             assert r.status_code == 202, r.text
-            await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadCompleted, "quick"), timeout_s=15)
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadCompleted, "quick"),
+                                       timeout_s=15)
             quick = await _trace(alice, "quick", "POST /v1/workloads", "placement workload.submitted",
                                  "placement.pass workload.started", "executor workload.completed",
-                                 "placement workload.completed")
+                                 "placement workload.completed",
+                                 event_id=of_type(events, ev.WorkloadCompleted, "quick")[0].event_id)
             assert quick["trace_id"] and {s["trace_id"] for s in quick["spans"]} == {quick["trace_id"]}
             # (spans of a batch the log refused, appended=false, are left out: a leader deposed
             # under load; its successor decided again)
@@ -76,7 +82,8 @@ async def test_victims_trace_holds_the_preemption_span_with_the_numbers_explain_
             (preempted,) = of_type(events, ev.WorkloadPreempted)
             victim = preempted.workload_id
             trace = await _trace(alice, victim, "POST /v1/workloads", "placement.pass workload.started",
-                                 "placement.pass workload.preempted", "placement.pass workload.requeued")
+                                 "placement.pass workload.preempted", "placement.pass workload.requeued",
+                                 event_id=preempted.event_id)
             explanation = await wait_for(
                 lambda: _explained(alice, victim), 10, what="the gateway to hold the victim's last preemption")
 

@@ -24,6 +24,8 @@ function el(tag, attrs, ...children) {
   return e;
 }
 const num = (x, digits = 2) => (x === null || x === undefined || Number.isNaN(x)) ? "–" : Number(x).toFixed(digits);
+// a ratio early in a window is tiny (minutes of use in a 7-day window): keep two significant digits
+const ratioText = (x) => (x === null || x === undefined) ? "–" : x !== 0 && Math.abs(x) < 0.1 ? `${Number(x).toPrecision(2)}×` : `${num(x)}×`;
 const pct = (x) => (x === null || x === undefined) ? "–" : `${(100 * x).toFixed(1)}%`;
 function dur(s) {
   if (s === null || s === undefined) return "–";
@@ -84,13 +86,20 @@ const swatch = (colour) => el("span", { class: "swatch", style: `background:${co
 const RANGES = { "1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400, "all": null };
 
 async function renderTree(main) {
-  const range = new URLSearchParams(location.search).get("range") || "24h";
+  // default: since the first event (a range reaching before it would count idle hours the
+  // cluster did not exist); the ledger refuses a journal over 400 days: then the last 7 days
+  let range = new URLSearchParams(location.search).get("range") || "all";
+  if (!(range in RANGES)) range = "all";
   const tree = await api("/v1/allocations");
-  const fromS = RANGES[range] ? tree.now_s - RANGES[range] : null;
   let report = null, reportError = null;
-  try {
-    report = await api(`/v1/report${fromS !== null ? `?from_s=${Math.max(0, fromS)}` : ""}`);
-  } catch (e) { reportError = e.message; }
+  for (const r of [range, "7d"]) {
+    const fromS = RANGES[r] ? tree.now_s - RANGES[r] : null;
+    try {
+      report = await api(`/v1/report${fromS !== null ? `?from_s=${Math.max(0, fromS)}` : ""}`);
+      range = r;
+      break;
+    } catch (e) { reportError = e.message; if (e.status !== 400 || r === "7d") break; }
+  }
   const nodes = tree.nodes;
   const paths = Object.keys(nodes);
   const leaves = paths.filter((p) => !nodes[p].children.length);
@@ -122,7 +131,7 @@ async function renderTree(main) {
       el("td", { class: "num" }, num(n.share, 2)),
       el("td", { class: "num" }, pct(n.fraction)),
       el("td", { class: "num" }, running),
-      el("td", { class: "num", title: "allocated GPU-s used in the window / the share's GPU-s" }, ratio === null ? "–" : `${num(ratio)}×`),
+      el("td", { class: "num", title: "allocated GPU-s used in the window / the share's GPU-s" }, ratioText(ratio)),
       el("td", { class: "num" }, num(s.owed, 1)),
       el("td", { class: "num" }, num(s.delivered, 1)),
       el("td", { class: "num" }, leafAtt === null || leafAtt === undefined ? "–" : pct(leafAtt)),
@@ -151,7 +160,7 @@ async function renderTree(main) {
 function keyText(levels) {
   // the ordering key, level by level from the top: fill = running / due GPUs now, then the ratio
   return levels.filter((k) => typeof k === "object" && k !== null && "subtree" in k)
-    .map((k) => `${k.subtree}: fill ${num(k.fill)} (${k.running_gpus}/${num(k.due_gpus, 1)}) ratio ${num(k.ratio)}`)
+    .map((k) => `${k.subtree}: fill ${num(k.fill)} (${k.running_gpus}/${num(k.due_gpus, 1)}) ratio ${ratioText(k.ratio)}`)
     .join("  ›  ");
 }
 
@@ -248,7 +257,7 @@ async function renderWorkload(main, id) {
     explain.levels ? el("table", { id: "levels" },
       el("thead", {}, el("tr", {}, ["level", "running GPUs", "due GPUs", "fill", "usage ratio"].map((h) => el("th", {}, h)))),
       el("tbody", {}, explain.levels.map((l) => el("tr", {}, el("td", {}, l.subtree), el("td", { class: "num" }, l.running_gpus),
-        el("td", { class: "num" }, num(l.due_gpus, 1)), el("td", { class: "num" }, num(l.fill)), el("td", { class: "num" }, num(l.ratio)))))) : null,
+        el("td", { class: "num" }, num(l.due_gpus, 1)), el("td", { class: "num" }, num(l.fill)), el("td", { class: "num" }, ratioText(l.ratio)))))) : null,
     last ? el("h2", {}, "Last preemption") : null,
     last ? el("p", { id: "last-preemption" }, last.message || "") : null,
     last ? reasonTable(last, id) : null,
