@@ -260,7 +260,7 @@ async function renderWorkload(main, id) {
         el("td", { class: "num" }, num(l.due_gpus, 1)), el("td", { class: "num" }, num(l.fill)), el("td", { class: "num" }, ratioText(l.ratio)))))) : null,
     last ? el("h2", {}, "Last preemption") : null,
     last ? el("p", { id: "last-preemption" }, last.message || "") : null,
-    last ? reasonTable(last, id) : null,
+    last ? reasonTable(last, id, doc.project) : null,
     el("h2", {}, "Timeline"),
     el("div", { class: "timeline", id: "timeline" }, segs),
     el("table", { id: "history" },
@@ -275,9 +275,10 @@ async function renderWorkload(main, id) {
 
 // the reason's numbers side by side: the two subtrees where the paths of preemptor and victim
 // part, then the rule and its thresholds (the event's own field names, so they can be looked up)
-function reasonTable(r, victimId) {
+function reasonTable(r, victimId, victimProject) {
   const v = (x, d = 3) => (x === null || x === undefined) ? "–" : typeof x === "number" && !Number.isInteger(x) ? num(x, d) : String(x);
-  const pair = (label, field, a, b) => el("tr", { "data-field": field }, el("th", {}, label), el("td", { class: "num" }, v(a)), el("td", { class: "num" }, v(b)));
+  // a row neither side has a number for (an unallocated victim has no subtrees to compare) is left out
+  const pair = (label, field, a, b) => (a === null || a === undefined) && (b === null || b === undefined) ? null : el("tr", { "data-field": field }, el("th", {}, label), el("td", { class: "num" }, v(a)), el("td", { class: "num" }, v(b)));
   const one = (label, field, x) => el("tr", { "data-field": field }, el("th", {}, label), el("td", { class: "num", colSpan: 2 }, x));
   return el("table", { id: "reason" },
     el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", {}, "preemptor"), el("th", {}, "victim"))),
@@ -285,15 +286,16 @@ function reasonTable(r, victimId) {
       one("kind", "kind", v(r.kind)),
       one("rule that allowed it", "rule", v(r.rule)),
       pair("workload", "by_workload_id", r.by_workload_id, victimId),
-      pair("project", "by_project", r.by_project, null),
-      one("level where their paths part", "level", r.level === "" ? "top of the tree" : v(r.level)),
+      pair("project", "by_project", r.by_project, victimProject),
+      r.level === null || r.level === undefined ? null
+        : one("level where their paths part", "level", r.level === "" ? "top of the tree" : v(r.level)),
       pair("subtree", "preemptor_subtree / victim_subtree", r.preemptor_subtree, r.victim_subtree),
       pair("usage ratio", "preemptor_ratio / victim_ratio", r.preemptor_ratio, r.victim_ratio),
       pair("fill (running / due GPUs)", "preemptor_fill / victim_fill", r.preemptor_fill, r.victim_fill),
       pair("running GPUs", "victim_running_gpus", null, r.victim_running_gpus),
       pair("due GPUs now", "victim_due_gpus", null, r.victim_due_gpus),
-      one("hysteresis", "hysteresis", v(r.hysteresis)),
-      one("victim protected until", "victim_protected_until_ms", r.victim_protected_until_ms ? utc(r.victim_protected_until_ms) : "–"),
+      r.hysteresis === null || r.hysteresis === undefined ? null : one("hysteresis", "hysteresis", v(r.hysteresis)),
+      one("victim protected until", "victim_protected_until_ms", r.victim_protected_until_ms ? utc(r.victim_protected_until_ms) : "– (no protection)"),
       r.node ? one("node", "node", v(r.node)) : null));
 }
 
