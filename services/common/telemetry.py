@@ -169,7 +169,10 @@ def attributes_of(prefix: str, obj: Any) -> dict[str, Any]:
 
 class SpanStore:
     """A span processor that keeps the latest ``max_spans`` finished spans in memory, by trace,
-    and which trace each workload belongs to (the first span naming it: its HTTP submission).
+    and which trace each workload of each cluster belongs to: that of the first span naming both
+    (``timeshare.workload_id`` and ``timeshare.cluster``: placement's ``workload.submitted``,
+    the child of the HTTP request). Keyed by cluster too: workload ids are unique within a
+    cluster only (one process may serve several, as the tests do).
 
     Implements the SDK's ``SpanProcessor`` interface (on_start / on_end / shutdown /
     force_flush); ``on_end`` runs in the thread that ended the span, so a lock guards it."""
@@ -178,7 +181,7 @@ class SpanStore:
         self.max_spans = max_spans
         self._spans: deque[dict] = deque()
         self._by_trace: dict[str, list[dict]] = {}
-        self._trace_of: OrderedDict[str, str] = OrderedDict()
+        self._trace_of: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- SpanProcessor ------------------------------------------------------------------------
@@ -205,9 +208,9 @@ class SpanStore:
         with self._lock:
             self._spans.append(record)
             self._by_trace.setdefault(trace_id, []).append(record)
-            wid = attrs.get("timeshare.workload_id")
-            if isinstance(wid, str) and wid not in self._trace_of:
-                self._trace_of[wid] = trace_id
+            wid, cluster = attrs.get("timeshare.workload_id"), attrs.get("timeshare.cluster")
+            if isinstance(wid, str) and isinstance(cluster, str) and (cluster, wid) not in self._trace_of:
+                self._trace_of[(cluster, wid)] = trace_id
                 if len(self._trace_of) > self.max_spans:
                     self._trace_of.popitem(last=False)
             while len(self._spans) > self.max_spans:
@@ -225,9 +228,9 @@ class SpanStore:
         return True
 
     # -- reading ------------------------------------------------------------------------------
-    def trace_of(self, workload_id: str) -> str | None:
+    def trace_of(self, cluster: str, workload_id: str) -> str | None:
         with self._lock:
-            tid = self._trace_of.get(workload_id)
+            tid = self._trace_of.get((cluster, workload_id))
             return tid if tid in self._by_trace else None
 
     def spans_of(self, trace_id: str) -> list[dict]:

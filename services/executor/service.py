@@ -206,7 +206,7 @@ class Executor:
         # a lost connection is retried until it comes back (the id dedups a repeat); the report
         # is dropped only when the workload was stopped meanwhile or the executor stops
         span = self.tracer.start_span(f"executor {ev.event_type(e)}", context=r.trace_ctx, attributes={
-            "timeshare.workload_id": r.workload_id, "timeshare.attempt": r.attempt,
+            "timeshare.workload_id": r.workload_id, "timeshare.cluster": self.cluster, "timeshare.attempt": r.attempt,
             "timeshare.exit_code": -1 if exit_code is None else exit_code})
         try:
             async for attempt in AsyncRetrying(

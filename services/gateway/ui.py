@@ -137,7 +137,7 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
         if store is None:
             return {"workload_id": workload_id, "trace_id": None, "spans": [],
                     "note": "traces are not kept in this gateway (TIMESHARE_OTEL is not 'memory')"}
-        trace_id = store.trace_of(workload_id)
+        trace_id = store.trace_of(gw.cluster, workload_id)
         return {"workload_id": workload_id, "trace_id": trace_id,
                 "spans": store.spans_of(trace_id) if trace_id else []}
 

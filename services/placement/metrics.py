@@ -16,26 +16,46 @@ from timeshare.fairshare import FairShareView
 WAIT_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 2 * 3600, 6 * 3600, 12 * 3600, 86400, 3 * 86400)
 
 
-class PlacementMetrics:
-    def __init__(self, meter, placement):
-        # a weak reference: the meter provider is the process's and keeps callbacks for ever (a
-        # test process starts many placements); a stopped or collected placement observes nothing
-        self._placement = weakref.ref(placement)
-        self.cluster = placement.cluster
+class _Instruments:
+    """One set of instruments per process: a meter keeps the first instrument of a name and
+    ignores the callbacks of a second, so the gauges are registered once and observe every live
+    placement of the process (one in a deployment; a test process starts many)."""
+
+    def __init__(self, meter):
+        self.live: "weakref.WeakSet[PlacementMetrics]" = weakref.WeakSet()
         self.waits = meter.create_histogram(
             "timeshare.queue.wait", unit="s", description="time from submission (or requeue) to start, by kind",
             explicit_bucket_boundaries_advisory=WAIT_BUCKETS_S)
         self.preemptions = meter.create_counter(
             "timeshare.preemptions", unit="{preemption}", description="preemptions by reason kind and rule")
         self.drains = meter.create_counter("timeshare.drains", unit="{node}", description="nodes drained")
-        meter.create_observable_gauge("timeshare.queue.length", [self._queue], unit="{workload}",
-                                      description="pending workloads per GPU type and phase")
-        meter.create_observable_gauge("timeshare.gpus.busy", [self._busy], unit="{gpu}",
-                                      description="GPUs running work, allocated or unallocated, per GPU type")
-        meter.create_observable_gauge("timeshare.occupancy", [self._occupancy], unit="1",
-                                      description="busy GPUs / GPUs per GPU type")
-        meter.create_observable_gauge("timeshare.usage_ratio", [self._ratios], unit="1",
-                                      description="allocated GPU-s in the window / the share's, per tree node")
+        for name, method, unit, description in (
+                ("timeshare.queue.length", "_queue", "{workload}", "pending workloads per GPU type and phase"),
+                ("timeshare.gpus.busy", "_busy", "{gpu}", "GPUs running work, allocated or unallocated, per GPU type"),
+                ("timeshare.occupancy", "_occupancy", "1", "busy GPUs / GPUs per GPU type"),
+                ("timeshare.usage_ratio", "_ratios", "1", "allocated GPU-s in the window / the share's, per tree node")):
+            meter.create_observable_gauge(name, [self._every(method)], unit=unit, description=description)
+
+    def _every(self, method: str):
+        def observe(options: CallbackOptions):
+            return [o for m in list(self.live) for o in getattr(m, method)(options)]
+        return observe
+
+
+_instruments: _Instruments | None = None
+
+
+class PlacementMetrics:
+    def __init__(self, meter, placement):
+        global _instruments
+        if _instruments is None:
+            _instruments = _Instruments(meter)
+        self.waits, self.preemptions, self.drains = _instruments.waits, _instruments.preemptions, _instruments.drains
+        # a weak reference: the process's meter provider outlives a test's placement; a stopped
+        # or collected placement observes nothing
+        self._placement = weakref.ref(placement)
+        self.cluster = placement.cluster
+        _instruments.live.add(self)
 
     @property
     def placement(self):

@@ -93,6 +93,8 @@ class Placement:
         self.event_ctx: dict[str, object] = {}
         #: spans of this batch's events, ended when the log holds them (or refused them)
         self.open_spans: list = []
+        #: this batch's decisions, counted in the metrics when the log holds them
+        self.decided: list[ev.Event] = []
         self.metrics = PlacementMetrics(setup_metrics("placement", settings.otel), self)
         self.state: SchedulerState | None = None
         #: ids of applied *proposed* events whose workload has not ended (see _remember)
@@ -490,7 +492,7 @@ class Placement:
             decisions = self.policy.schedule(self.state, now_s)
             if telemetry.enabled():
                 self._trace_decisions(decisions, span, start_ns)
-            self.metrics.decided(decisions)
+            self.decided.extend(decisions)  # counted in the metrics once the log holds them
             for e in decisions:
                 self._remember(e)
                 if isinstance(e, ev.WorkloadPreempted):
@@ -562,13 +564,17 @@ class Placement:
     def _end_spans(self, appended: bool) -> None:
         """End the spans of this batch's events: a decision is made when the log holds it. A
         batch the log refused (a deposed leader, a term that ended) is marked: the next leader
-        decides again, with other event ids, in spans of its own."""
+        decides again, with other event ids, in spans of its own. The metrics count only what
+        the log holds, for the same reason."""
         for span in self.open_spans:
             span.set_attribute("timeshare.appended", appended)
             if not appended:
                 span.set_status(trace.Status(trace.StatusCode.ERROR, "not appended to the log: the term ended"))
             span.end()
         self.open_spans.clear()
+        if appended:
+            self.metrics.decided(self.decided)
+        self.decided.clear()
 
     async def _append(self, out: list[ev.Event]) -> None:
         try:
