@@ -119,6 +119,9 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     cells = await row.locator("td").all_inner_texts()
     assert cells[0] == "1" and cells[2] == "alpha/train" and cells[5] == "allocated"
     assert "alpha: fill" in cells[8] and "alpha/train: fill" in cells[8]
+    # the waits of the three starts so far (two hogs, the newcomer), from the metrics
+    waits = [await r.locator("td").all_inner_texts() for r in await page.locator("#waits tbody tr").all()]
+    assert sum(int(w[2]) for w in waits) == 3 and {w[1] for w in waits} == {"allocated"}
 
     # the cluster: one row per node, each GPU coloured by team; beta's newcomer protected,
     # alpha's remaining hog past its minimum runtime (preemptible)

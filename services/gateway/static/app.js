@@ -164,8 +164,36 @@ function keyText(levels) {
     .join("  ›  ");
 }
 
+// p90 of a histogram point: the upper bound of the bucket where 90% of the count is reached
+// (an upper estimate; the last bucket has no bound: its lower one, with ">")
+function p90(point) {
+  const want = 0.9 * point.count;
+  let seen = 0;
+  for (const [i, n] of point.buckets.entries()) {
+    seen += n;
+    if (seen >= want) return i < point.bounds.length ? `≤ ${dur(point.bounds[i])}` : `> ${dur(point.bounds[point.bounds.length - 1])}`;
+  }
+  return "–";
+}
+
+function waitsTable(metrics) {
+  const m = metrics && metrics["timeshare.queue.wait"];
+  if (!m || !m.points.length) return null;
+  const rows = m.points.map((p) => el("tr", { "data-kind": p.attributes.kind },
+    el("td", {}, p.attributes.kind), el("td", {}, p.attributes.allocated ? "allocated" : "unallocated"),
+    el("td", { class: "num" }, p.count), el("td", { class: "num" }, dur(p.sum / p.count)), el("td", { class: "num" }, p90(p)),
+    el("td", { class: "num" }, dur(p.max))));
+  return el("div", {},
+    el("h2", {}, "Queue waits by kind"),
+    el("p", { class: "muted" }, "Submission or requeue to start, every start since placement began (OpenTelemetry histogram timeshare.queue.wait)."),
+    el("table", { id: "waits" },
+      el("thead", {}, el("tr", {}, ["kind", "time", "starts", "mean", "p90", "max"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows)));
+}
+
 async function renderQueue(main) {
-  const [q, tree] = await Promise.all([api("/v1/queue?limit=500"), api("/v1/allocations")]);
+  const [q, tree, metrics] = await Promise.all([api("/v1/queue?limit=500"), api("/v1/allocations"),
+    api("/v1/metrics").then((b) => b.metrics).catch(() => null)]);
   const colours = teamColours(Object.keys(tree.nodes).filter((p) => !tree.nodes[p].children.length));
   const rows = q.workloads.map((w) => el("tr", { "data-workload": w.workload_id },
     el("td", { class: "num" }, w.position),
@@ -185,7 +213,8 @@ async function renderQueue(main) {
     rows.length ? el("table", { id: "queue" },
       el("thead", {}, el("tr", {}, ["#", "workload", "project", "user", "GPUs", "phase", "priority", "waiting", "ordering key (per level)"]
         .map((h) => el("th", {}, h)))),
-      el("tbody", {}, rows)) : el("p", { id: "queue-empty" }, "Nothing is waiting."));
+      el("tbody", {}, rows)) : el("p", { id: "queue-empty" }, "Nothing is waiting."),
+    waitsTable(metrics));
 }
 
 async function renderCluster(main) {
