@@ -206,6 +206,39 @@ def _cmd_explain(args) -> int:
                      f"({fill}), usage ratio {ratio}")
     if r.get("ahead"):
         lines.append("  ahead of it: " + ", ".join(r["ahead"]))
+    if r.get("trace_id"):
+        lines.append(f"  trace {r['trace_id']} (timeshare trace {args.id})")
+    return _out(args, r, "\n".join(lines))
+
+
+#: span attributes `trace` prints after a span's name (the preemption's numbers among them)
+_TRACE_KEYS = ("timeshare.nodes", "timeshare.allocated", "timeshare.protected_until_ms", "timeshare.exit_code")
+
+
+def _cmd_trace(args) -> int:
+    r = _call(args, "GET", _path("/v1/workloads", args.id) + "/trace")
+    spans = r.get("spans") or []
+    if not spans:
+        return _out(args, r, f"{args.id}: no spans kept" + (f" ({r['note']})" if r.get("note") else ""))
+    t0 = min(s["start_ms"] for s in spans)
+    by_id = {s["span_id"]: s for s in spans}
+
+    def depth(s) -> int:
+        d = 0
+        while s.get("parent_id") in by_id and d < 20:
+            s, d = by_id[s["parent_id"]], d + 1
+        return d
+
+    lines = [f"trace {r['trace_id']}: {len(spans)} spans (start offset, duration)"]
+    for s in spans:
+        attrs = s.get("attributes", {})
+        extra = [f"{k.rsplit('.', 1)[-1]}={attrs[k]}" for k in _TRACE_KEYS if k in attrs]
+        extra += [f"{k.split('.', 2)[-1]}={v}" for k, v in sorted(attrs.items())
+                  if k.startswith("timeshare.preemption.") and not k.endswith(".message")]
+        if attrs.get("timeshare.appended") is False:
+            extra.append("NOT IN THE LOG (its leader was deposed)")
+        lines.append(f"  {s['start_ms'] - t0:>9.1f} ms {s['end_ms'] - s['start_ms']:>8.2f} ms  {'  ' * depth(s)}{s['name']}"
+                     + (f"  [{', '.join(extra)}]" if extra else ""))
     return _out(args, r, "\n".join(lines))
 
 
@@ -381,6 +414,10 @@ def add_parsers(sub) -> None:
         p = common(sub.add_parser(name, help=helptext))
         p.add_argument("id", type=_name)
         p.set_defaults(func=fn)
+    p = common(sub.add_parser("trace", help="a workload's trace: the request, each decision about it (a "
+                                            "preemption with its numbers), the executor's reports"))
+    p.add_argument("id", type=_name)
+    p.set_defaults(func=_cmd_trace)
     p = common(sub.add_parser("whoami", help="the user (and roles) of your token"))
     p.set_defaults(func=_cmd_whoami)
     p = common(sub.add_parser("workloads", help="workloads, oldest first (everyone's, --user's or --mine)"))

@@ -24,7 +24,7 @@ from timeshare.tree import TreeError
 from timeshare.workload import PRIORITIES, ContractError, WorkloadSpec, check_contract
 
 from ..common import healthz as health_reports
-from ..common import subjects
+from ..common import subjects, telemetry
 from ..common.auth import Caller
 from ..common.supervise import describe, is_transient
 from ..common.ids import new_id, submitted_id, workload_id_for_key
@@ -257,6 +257,9 @@ def create_app(gw) -> FastAPI:
             message = doc["last_reason"].get("message")
             if message:
                 explanation["summary"] = f"{explanation.get('summary', '')} Last stopped: {message}".strip()
+        spans = telemetry.span_store()  # its trace, when this process keeps traces
+        if spans is not None:
+            explanation["trace_id"] = spans.trace_of(cluster, workload_id)
         return explanation
 
     @app.get(f"/{API_VERSION}/workloads", tags=["workloads"])

@@ -9,6 +9,7 @@ from services.common import subjects
 from timeshare import events as ev
 
 from .helpers import client, of_type, wait_events, wait_for
+from .test_cli import timeshare
 
 pytestmark = pytest.mark.integration
 
@@ -139,6 +140,18 @@ async def test_victims_trace_holds_the_preemption_span_with_the_numbers_explain_
         assert sum(p["count"] for p in waits) == 4 and all(p["max"] < 30 for p in waits)
         ratios = {p["attributes"]["node"] for p in points("timeshare.usage_ratio")}
         assert {"alpha", "alpha/train", "beta", "beta/debug"} <= ratios
+
+        # the same from the CLI: explain names the trace, `trace` prints the decision's numbers
+        assert explanation["trace_id"] == trace["trace_id"]
+        r = await timeshare(stack, "tok-alice", "explain", victim)
+        assert r.returncode == 0 and f"trace {trace['trace_id']}" in r.stdout, r.stdout + r.stderr
+        r = await timeshare(stack, "tok-alice", "trace", victim)
+        assert r.returncode == 0, r.stderr
+        line = next(x for x in r.stdout.splitlines() if "placement.pass workload.preempted" in x
+                    and "NOT IN THE LOG" not in x)
+        assert f"victim_ratio={reason['victim_ratio']}" in line and f"hysteresis={reason['hysteresis']}" in line
+        assert "rule=due_share" in line and "by_workload_id=newcomer" in line
+        assert r.stdout.splitlines()[1].split()[-1] == "/v1/workloads"  # the HTTP request first
     finally:
         await stack.stop()
 
