@@ -167,6 +167,78 @@ def attributes_of(prefix: str, obj: Any) -> dict[str, Any]:
     return out
 
 
+# -- traces across processes -------------------------------------------------------------------
+# Each process keeps its own spans (memory / otlp). A gateway deployed apart from placement and
+# the executor asks every process of its cluster for a workload's spans over core NATS
+# (``timeshare.query.v1.<cluster>.trace``), gathers the answers for a moment and merges them by
+# span id (under ``make run`` the one process answers its own question: the same spans twice).
+_serving: set[tuple[int, str]] = set()
+
+
+def trace_subject(cluster: str) -> str:
+    from . import subjects
+
+    return subjects.query_subject(cluster, "trace")
+
+
+async def serve_traces(bus, cluster: str) -> None:
+    """Answer trace queries from this process's span store (once per process and connection)."""
+    import msgspec
+
+    key = (id(bus.nc), cluster)
+    if _store is None or key in _serving:
+        return
+    _serving.add(key)
+
+    async def on_query(msg) -> None:
+        try:
+            ask = msgspec.json.decode(msg.data) if msg.data else {}
+            trace_id = ask.get("trace_id") or _store.trace_of(cluster, str(ask.get("workload_id")))
+            body = {"trace_id": trace_id, "spans": _store.spans_of(trace_id) if trace_id else []}
+        except Exception as exc:  # a bad query must not hurt the service
+            body = {"error": str(exc), "spans": []}
+        if msg.reply:
+            await msg.respond(msgspec.json.encode(body))
+
+    await bus.nc.subscribe(trace_subject(cluster), cb=on_query)
+
+
+async def gather_trace(bus, cluster: str, workload_id: str, wait_s: float = 0.3) -> dict:
+    """A workload's trace from this process's store and every process that answers within
+    ``wait_s``: ``{"trace_id", "spans"}`` (spans merged by id, in start order)."""
+    import asyncio
+
+    import msgspec
+
+    answers: list[dict] = []
+    # the gateway names the trace when it took the submission (its request span carries the
+    # workload and the cluster); else the process holding placement's submission span does
+    own = _store.trace_of(cluster, workload_id) if _store is not None else None
+    inbox = bus.nc.new_inbox()
+
+    async def collect(msg) -> None:
+        try:
+            answers.append(msgspec.json.decode(msg.data))
+        except Exception:  # noqa: BLE001 - an answer we cannot read is left out
+            pass
+
+    sub = await bus.nc.subscribe(inbox, cb=collect)
+    try:
+        await bus.nc.publish(trace_subject(cluster), msgspec.json.encode({"workload_id": workload_id, "trace_id": own}),
+                             reply=inbox)
+        await asyncio.sleep(wait_s)
+    finally:
+        await sub.unsubscribe()
+    trace_id = own or next((a["trace_id"] for a in answers if a.get("trace_id")), None)
+    if trace_id is None:
+        return {"trace_id": None, "spans": []}
+    spans = {s["span_id"]: s for s in (_store.spans_of(trace_id) if _store is not None else [])}
+    for a in answers:
+        if a.get("trace_id") == trace_id:
+            spans.update({s["span_id"]: s for s in a["spans"]})
+    return {"trace_id": trace_id, "spans": sorted(spans.values(), key=lambda s: (s["start_ms"], s["end_ms"], s["span_id"]))}
+
+
 class SpanStore:
     """A span processor that keeps the latest ``max_spans`` finished spans in memory, by trace,
     and which trace each workload of each cluster belongs to: that of the first span naming both

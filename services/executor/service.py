@@ -33,6 +33,7 @@ from ..common.cluster_config import ClusterConfig
 from ..common.ids import ended_id
 from ..common.settings import Settings
 from ..common.supervise import is_transient
+from ..common import telemetry
 from ..common.telemetry import extract_context, setup_telemetry
 
 log = logging.getLogger("timeshare.executor")
@@ -92,6 +93,7 @@ class Executor:
         self.subs.append(await self.bus.nc.subscribe(subjects.cmd_subject(self.cluster, "executor.advance"),
                                                      cb=self._on_advance))
         self.subs.append(await healthz.serve(self.bus, self.cluster, "executor", self.health_report))
+        await telemetry.serve_traces(self.bus, self.cluster)  # the gateway gathers spans from here
         self.tasks.append(asyncio.create_task(follow(
             self.bus, subjects.LOG_STREAM, subjects.log_filter(self.cluster), self._on_batch, self.stop_event,
             caught_up=self.caught_up, name=f"executor {self.cluster} log follower", status=self.follow_status)))

@@ -191,7 +191,7 @@ def create_app(gw) -> FastAPI:
             wid = req.id or workload_id_for_key(who.user, idempotency_key)
         else:
             wid = req.id or new_id("w")
-        trace.get_current_span().set_attribute("timeshare.workload_id", wid)  # its trace starts here
+        trace.get_current_span().set_attributes({"timeshare.workload_id": wid, "timeshare.cluster": cluster})  # its trace starts here
         now_ms = gw.clock.now_ms()
         spec = WorkloadSpec(id=wid, submit_s=now_ms // 1000, project=req.project, gpu_type=req.gpu_type,
                             gpus=req.gpus, work_s=req.work_s, min_runtime_s=req.min_runtime_s,

@@ -131,18 +131,18 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
     @app.get("/v1/workloads/{workload_id}/trace", tags=["workloads"])
     async def workload_trace(workload_id: str, who: Auth) -> dict:
         """The spans of the workload's trace (HTTP request, submission, the passes that decided
-        about it with their reasons, executor), from the spans this process keeps in memory
-        (``TIMESHARE_OTEL=memory``, the devstack's default). With OTLP export only, look the
-        trace up in your trace viewer by ``timeshare.workload_id``."""
+        about it with their reasons, executor) that the services keep in memory
+        (``TIMESHARE_OTEL=memory``, the devstack's default, or ``otlp``): this process's, and
+        every other service process's gathered over NATS. In a trace viewer, search the tag
+        ``timeshare.workload_id``."""
         if await gw.store.get("workload", workload_id) is None:
             raise HTTPException(404, f"unknown workload {workload_id!r}")
-        store = telemetry.span_store()
-        if store is None:
-            return {"workload_id": workload_id, "trace_id": None, "spans": [],
-                    "note": "traces are not kept in this gateway (TIMESHARE_OTEL is not 'memory')"}
-        trace_id = store.trace_of(gw.cluster, workload_id)
-        return {"workload_id": workload_id, "trace_id": trace_id,
-                "spans": store.spans_of(trace_id) if trace_id else []}
+        # this process's spans and those every other process of the cluster keeps (placement and
+        # the executor deployed apart), gathered over NATS for a moment
+        out = await telemetry.gather_trace(gw.bus, gw.cluster, workload_id)
+        if out["trace_id"] is None and telemetry.span_store() is None:
+            out["note"] = "no service keeps traces (TIMESHARE_OTEL is neither 'memory' nor 'otlp')"
+        return {"workload_id": workload_id, **out}
 
 
 def _query(gw, name: str) -> str:

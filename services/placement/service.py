@@ -128,6 +128,7 @@ class Placement:
             self.subs.append(await self.bus.nc.subscribe(subjects.query_subject(self.cluster, q),
                                                          cb=self._on_query))
         self.subs.append(await healthz.serve(self.bus, self.cluster, "placement", self.health_report))
+        await telemetry.serve_traces(self.bus, self.cluster)  # the gateway gathers spans from here
         self.tasks.append(asyncio.create_task(self._run(), name="placement"))
         if wait_leader:
             await self.leader.wait()

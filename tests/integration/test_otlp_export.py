@@ -116,3 +116,54 @@ async def test_separate_processes_export_one_trace_per_submission_over_otlp(make
     started = next(s for s in spans if s["name"] == "placement.pass workload.started")
     assert started["trace_id"] == submitted["trace_id"] and started["parent_id"] == submitted["span_id"]
     assert {s["service"] for s in spans} == {"timeshare-test"}  # OTEL_SERVICE_NAME
+
+
+async def test_a_gateway_apart_from_placement_and_the_executor_shows_their_spans(make_settings, tmp_path):
+    """No collector: each process keeps its spans (TIMESHARE_OTEL=memory) and the gateway gathers
+    a workload's trace from the others over NATS."""
+    settings = make_settings(otel="memory")
+    env = dict(os.environ, **settings.env(), PYTHONPATH=f"{ROOT / 'shared'}:{ROOT}")
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        env.pop(name, None)
+    procs = {name: subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env, cwd=ROOT,
+                                    stdout=open(tmp_path / f"{name}.log", "ab"), stderr=subprocess.STDOUT)
+             for name in ("placement", "executor", "gateway")}
+    url = f"http://{settings.http_host}:{settings.http_port}"
+    token = next(t for t, who in TOKENS.items() if who["user"] == "alice")
+    try:
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=5) as http:
+            async def gateway_up():
+                try:
+                    return (await http.get("/v1/whoami")).status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+            await wait_for(gateway_up, 30, 0.2, what="the gateway process")
+            r = await http.post("/v1/workloads", json={"project": "alpha/train", "gpu_type": "H100", "gpus": 1,
+                                                      "work_s": 1, "min_runtime_s": 1, "id": "apart"})
+            assert r.status_code == 202, r.text
+
+            async def whole():
+                r = await http.get("/v1/workloads/apart/trace")
+                if r.status_code == 404:  # the gateway's projection has not seen it yet
+                    return None
+                body = r.json()
+                names = {s["name"] for s in body["spans"]}
+                return body if {"POST /v1/workloads", "placement workload.submitted", "placement.pass workload.started",
+                                "executor workload.completed", "placement workload.completed"} <= names else None
+
+            body = await wait_for(whole, 30, 0.3, what="spans of three processes in the gateway's answer")
+    finally:
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    spans = body["spans"]
+    assert {s["trace_id"] for s in spans} == {body["trace_id"]}
+    assert len({s["span_id"] for s in spans}) == len(spans)  # merged, none twice
+    services = {s["name"]: s["service"] for s in spans}
+    assert services["placement.pass workload.started"] == "timeshare.placement"
+    assert services["executor workload.completed"] == "timeshare.executor"
