@@ -208,6 +208,39 @@ def _cmd_explain(args) -> int:
                      f"({fill}), usage ratio {ratio}")
     if r.get("ahead"):
         lines.append("  ahead of it: " + ", ".join(r["ahead"]))
+    if r.get("trace_id"):
+        lines.append(f"  trace {r['trace_id']} (timeshare trace {args.id})")
+    return _out(args, r, "\n".join(lines))
+
+
+#: span attributes `trace` prints after a span's name (the preemption's numbers among them)
+_TRACE_KEYS = ("timeshare.nodes", "timeshare.allocated", "timeshare.protected_until_ms", "timeshare.exit_code")
+
+
+def _cmd_trace(args) -> int:
+    r = _call(args, "GET", _path("/v1/workloads", args.id) + "/trace")
+    spans = r.get("spans") or []
+    if not spans:
+        return _out(args, r, f"{args.id}: no spans kept" + (f" ({r['note']})" if r.get("note") else ""))
+    t0 = min(s["start_ms"] for s in spans)
+    by_id = {s["span_id"]: s for s in spans}
+
+    def depth(s) -> int:
+        d = 0
+        while s.get("parent_id") in by_id and d < 20:
+            s, d = by_id[s["parent_id"]], d + 1
+        return d
+
+    lines = [f"trace {r['trace_id']}: {len(spans)} spans (start offset, duration)"]
+    for s in spans:
+        attrs = s.get("attributes", {})
+        extra = [f"{k.rsplit('.', 1)[-1]}={attrs[k]}" for k in _TRACE_KEYS if k in attrs]
+        extra += [f"{k.split('.', 2)[-1]}={v}" for k, v in sorted(attrs.items())
+                  if k.startswith("timeshare.preemption.") and not k.endswith(".message")]
+        if attrs.get("timeshare.appended") is False:
+            extra.append("NOT IN THE LOG (its leader was deposed)")
+        lines.append(f"  {s['start_ms'] - t0:>9.1f} ms {s['end_ms'] - s['start_ms']:>8.2f} ms  {'  ' * depth(s)}{s['name']}"
+                     + (f"  [{', '.join(extra)}]" if extra else ""))
     return _out(args, r, "\n".join(lines))
 
 
@@ -216,7 +249,20 @@ def _cmd_cancel(args) -> int:
     return _out(args, r, f"{r['workload_id']}: {r['state']}")
 
 
+def _mine(args) -> None:
+    """``--mine``: the token's user, as the gateway knows it (GET /v1/whoami)."""
+    if getattr(args, "mine", False):
+        args.user = _call(args, "GET", "/v1/whoami")["user"]
+
+
+def _cmd_whoami(args) -> int:
+    r = _call(args, "GET", "/v1/whoami")
+    roles = (["admin"] if r.get("admin") else []) + [f"manages {m}" for m in r.get("manages", [])]
+    return _out(args, r, r["user"] + (f" ({', '.join(roles)})" if roles else ""))
+
+
 def _cmd_workloads(args) -> int:
+    _mine(args)
     params = {"limit": args.limit, **({"user": args.user} if args.user else {}),
               **({"state": args.state} if args.state else {})}
     r = _call(args, "GET", "/v1/workloads", params=params)
@@ -234,6 +280,7 @@ def _cmd_workloads(args) -> int:
 
 
 def _cmd_queue(args) -> int:
+    _mine(args)
     filtered = bool(args.user or args.project)
     params = {"limit": _QUEUE_MAX if filtered else args.limit, **({"gpu_type": args.gpu_type} if args.gpu_type else {})}
     r = _call(args, "GET", "/v1/queue", params=params)
@@ -263,6 +310,15 @@ def _cmd_nodes(args) -> int:
         lines.append(f"{n['name']:<12} {n['gpu_type']:<6} {n['state']:<9} {n['free']:>4}/{n['gpus']:<4} "
                      f"{', '.join(n['workloads'])}")
     return _out(args, r, "\n".join(lines))
+
+
+def _cmd_nodes_cordon(args) -> int:
+    # a cordon is the health report "unhealthy": no new work; its work drains as it reaches its
+    # minimum runtime (never earlier); then repaired by TIMESHARE_REPAIR_COMMAND or `nodes repair`
+    r = _call(args, "POST", _path("/v1/nodes", args.node, "health"),
+              json={"ok": False, "reason": args.reason, "needs_human": args.needs_human})
+    return _out(args, r, f"{r['node']}: {r['state']}" + (f" ({r['note']})" if r.get("note") else
+                                                         " (drains as its work reaches its minimum runtime)"))
 
 
 def _cmd_nodes_repair(args) -> int:
@@ -397,21 +453,37 @@ def add_parsers(sub) -> None:
         p = common(sub.add_parser(name, help=helptext))
         p.add_argument("id", type=_name)
         p.set_defaults(func=fn)
+    p = common(sub.add_parser("trace", help="a workload's trace: the request, each decision about it (a "
+                                            "preemption with its numbers), the executor's reports"))
+    p.add_argument("id", type=_name)
+    p.set_defaults(func=_cmd_trace)
+    p = common(sub.add_parser("whoami", help="the user (and roles) of your token"))
+    p.set_defaults(func=_cmd_whoami)
     p = common(sub.add_parser("workloads", help="workloads you may see (yours, and those of subtrees you "
-                                                "manage), oldest first"))
-    p.add_argument("--user", help="only this user's (the gateway cannot tell a token's user to the CLI)")
+                                                "manage), oldest first; --user's or --mine only"))
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--user", help="only this user's")
+    who.add_argument("--mine", action="store_true", help="only your own (the token's user)")
     p.add_argument("--state", help="only in this state (pending, running, completed, failed, cancelled, preempted)")
     p.add_argument("--limit", type=_positive_int, default=200)
     p.set_defaults(func=_cmd_workloads)
     p = common(sub.add_parser("queue", help="pending work in scheduling order"))
     p.add_argument("--gpu-type")
-    p.add_argument("--user", help="only this user's workloads (their positions in the whole queue)")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--user", help="only this user's workloads (their positions in the whole queue)")
+    who.add_argument("--mine", action="store_true", help="only your own (the token's user)")
     p.add_argument("--project", help="only workloads of this project or below it, e.g. tulu or tulu/rl")
     p.add_argument("--limit", type=_positive_int, default=50)
     p.set_defaults(func=_cmd_queue)
-    p = common(sub.add_parser("nodes", help="nodes, their state and work (nodes repair NODE: a human repaired it)"))
+    p = common(sub.add_parser("nodes", help="nodes, their state and work (nodes cordon NODE / nodes repair NODE)"))
     p.set_defaults(func=_cmd_nodes)
-    nsub = p.add_subparsers(dest="nodes_command", metavar="{repair}")
+    nsub = p.add_subparsers(dest="nodes_command", metavar="{cordon,repair}")
+    r = common(nsub.add_parser("cordon", help="take a node out of service (admins, health agents): no new work, "
+                                              "drained as its work reaches its minimum runtime, then repaired"))
+    r.add_argument("node", type=_name)
+    r.add_argument("--reason", required=True, help="why (kept on the node.unhealthy event)")
+    r.add_argument("--needs-human", action="store_true", help="a person must repair it (no repair command)")
+    r.set_defaults(func=_cmd_nodes_cordon)
     r = common(nsub.add_parser("repair", help="declare a drained or failed node repaired (admins)"))
     r.add_argument("node", type=_name)
     r.set_defaults(func=_cmd_nodes_repair)

@@ -38,7 +38,7 @@ from .settings import Settings
 
 log = logging.getLogger("timeshare.handlers")
 
-__all__ = ["Message", "NatsRouter", "make_broker", "malformed_request"]
+__all__ = ["Message", "NatsRouter", "TraceQuery", "make_broker", "malformed_request"]
 
 
 def _describe(exc: ValidationError) -> str:
@@ -141,3 +141,11 @@ class Message(msgspec.Struct):
     def __get_pydantic_json_schema__(cls, _core_schema, _handler):
         schema = msgspec.json.schema(cls)
         return _inline(schema, schema.pop("$defs", {}))
+
+
+class TraceQuery(Message, kw_only=True):
+    """``trace`` (every process that keeps spans answers; the gateway gathers the answers,
+    services.common.telemetry.gather_trace): a workload's spans, of ``trace_id`` when the asker
+    knows the trace already."""
+    workload_id: str | None = None
+    trace_id: str | None = None

@@ -210,15 +210,17 @@ class Bus:
 
     async def publish_events(self, events: Iterable[ev.Event], subject_of: Callable[[ev.Event], str],
                              fence_after_seq: int | None = None, fence_filter: str | None = None,
-                             extra_headers: dict | None = None) -> list[api.PubAck]:
+                             extra_headers: dict | None = None,
+                             context_of: Callable[[ev.Event], object] | None = None) -> list[api.PubAck]:
         """Publish in order (pipelined); with ``fence_after_seq``, the first append expects it as
-        the last and is confirmed before the others are sent."""
+        the last and is confirmed before the others are sent. ``context_of(event)`` gives the
+        trace context an event carries (its workload's trace; None: the current one)."""
         tasks = []
         results: list = []
         for i, e in enumerate(events):
             # one stream serves every cluster: the dedup id names the cluster too
             headers = {"Nats-Msg-Id": f"{e.cluster}/{e.event_id}", "Timeshare-Event-Type": ev.event_type(e)}
-            inject_context(headers)
+            inject_context(headers, context_of(e) if context_of is not None else None)
             if extra_headers:
                 headers.update(extra_headers)
             if fence_after_seq is not None and i == 0:

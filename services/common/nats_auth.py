@@ -70,7 +70,9 @@ PERMISSIONS: dict[str, dict[str, list[str]]] = {
                     # the manual clock's tick names its reply subject in a header (an _INBOX)
                     "_INBOX.>"],
         "subscribe": ["_INBOX.>", _healthz("placement"),
-                      *(f"{_Q}.{q}" for q in ("queue", "tree", "nodes", "workload", "explain", "digest", "work"))],
+                      *(f"{_Q}.{q}" for q in ("queue", "tree", "nodes", "workload", "explain", "digest", "work")),
+                      # its spans of a workload, gathered by the gateway from every process
+                      f"{_Q}.trace"],
     },
     "gateway": {
         "publish": [*_JS_CLIENT, f"{_IN}.workload.submitted", f"{_IN}.workload.cancelled", f"{_C}.>", f"{_Q}.>",
@@ -93,7 +95,7 @@ PERMISSIONS: dict[str, dict[str, list[str]]] = {
     },
     "executor": {
         "publish": [*_JS_CLIENT, f"{_IN}.workload.completed", f"{_IN}.workload.failed"],
-        "subscribe": ["_INBOX.>", _healthz("executor"), f"{_C}.executor.advance"],
+        "subscribe": ["_INBOX.>", _healthz("executor"), f"{_C}.executor.advance", f"{_Q}.trace"],
     },
     OPERATOR: {"publish": [">"], "subscribe": [">"]},
 }

@@ -217,6 +217,9 @@ async def main(argv=None) -> int:
                            http_port=port_or_free(args.port), tokens=json.dumps(DEMO_TOKENS),
                            executor="simulated", time_scale=1.0, heartbeat_timeout_s=30.0,
                            repair_command="sleep 2; echo repaired $TIMESHARE_NODE")
+        if "TIMESHARE_OTEL" not in os.environ:
+            # keep recent traces in this process: the dashboard's workload page shows them
+            settings = replace(settings, otel="memory")
         say(f"starting the services of cluster {config.name!r} (placement replays the log, the projections "
             "catch up) ...")
         stack = await Stack(settings, config).start(echo=say)
@@ -229,6 +232,7 @@ async def main(argv=None) -> int:
               f"{sum(p.nodes * p.gpus_per_node for p in config.pools)} GPUs, store: "
               f"{'PostgreSQL ' + database_url if pg else 'in-memory'}, NATS {nats_server.url}\n"
               f"  gateway:  {url}   (OpenAPI: {url}/docs)\n"
+              f"  dashboard: {url}/ui#token=dev-admin\n"
               f"  tokens:   dev-admin (admin), dev-research / dev-product (managers), dev-user\n"
               f"  NATS:     a user per service; passwords in {nats_server.credentials_file} (the nats CLI: "
               f"--user operator --password <its operator entry>)\n"

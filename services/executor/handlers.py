@@ -1,7 +1,8 @@
 """The executor's handlers on a faststream router (msgspec-typed messages).
 
 ``executor.advance`` (manual clock only: drivers, parity runs): apply the log up to
-``log_seq``, then end the simulated work due by ``now_ms``; ``healthz.executor``.
+``log_seq``, then end the simulated work due by ``now_ms``; ``healthz.executor``; ``trace`` (this process's
+spans of a workload, when it keeps spans; the gateway gathers every process's answer).
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import asyncio
 
 
-from ..common import healthz, subjects
-from ..common.broker import Message, NatsRouter
+from ..common import healthz, subjects, telemetry
+from ..common.broker import Message, NatsRouter, TraceQuery
 
 
 class Advance(Message, kw_only=True):
@@ -35,5 +36,11 @@ def router(service, cluster: str) -> NatsRouter:
     @r.subscriber(healthz.subject(cluster, "executor"), title="healthz.executor")
     async def health() -> dict:
         return await healthz.answer(service, "executor")
+
+    @r.subscriber(telemetry.trace_subject(cluster), title="executor.trace",
+                  description="this process's spans of a workload's trace (every process that keeps spans answers, "
+                              "no queue group; the gateway gathers the answers for 0.3 s)")
+    async def trace(ask: TraceQuery) -> dict:
+        return telemetry.trace_answer(cluster, ask.workload_id, ask.trace_id)
 
     return r

@@ -22,6 +22,7 @@ import signal
 import time
 
 import msgspec
+from opentelemetry import trace
 from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
 
 from timeshare import events as ev
@@ -32,13 +33,14 @@ from ..common.cluster_config import ClusterConfig
 from ..common.ids import ended_id
 from ..common.settings import Settings
 from ..common.supervise import is_transient
+from ..common.telemetry import extract_context, setup_telemetry
 
 log = logging.getLogger("timeshare.executor")
 
 
 class Running:
     __slots__ = ("workload_id", "attempt", "end_ms", "spec", "placement", "handle", "procs", "stopping",
-                 "started_seq")
+                 "started_seq", "trace_ctx")
 
     def __init__(self, workload_id, attempt, end_ms, spec, placement, started_seq: int = 0):
         self.workload_id = workload_id
@@ -50,6 +52,9 @@ class Running:
         self.handle = None
         self.procs: list[asyncio.subprocess.Process] = []
         self.stopping = False
+        #: the trace context of its ``workload.started`` (from the log message's headers): the
+        #: run's span and the report it proposes belong to the workload's trace
+        self.trace_ctx = None
 
 
 class Executor:
@@ -60,6 +65,7 @@ class Executor:
         self.bus = bus
         self.own_bus = bus is None
         self.kind = settings.executor
+        self.tracer = setup_telemetry("executor", settings.otel)
         if self.kind not in ("simulated", "process"):
             raise ValueError(f"TIMESHARE_EXECUTOR must be 'simulated' or 'process', got {self.kind!r}")
         self.specs: dict[str, object] = {}
@@ -86,7 +92,7 @@ class Executor:
             self.bus = await Bus.connect(self.settings, self.cluster, name="executor")
         await self.bus.ensure_infra()
         self.broker = broker or default_broker(self)
-        await self.broker.start()
+        await self.broker.start()  # its router also answers trace queries (the gateway gathers spans)
         start_seq = await self._from_snapshot()
         self.tasks.append(asyncio.create_task(follow(
             self.bus, subjects.LOG_STREAM, subjects.log_filter(self.cluster), self._on_batch, self.stop_event,
@@ -163,6 +169,8 @@ class Executor:
                 self.last_seq = max(self.last_seq, seq)
             try:
                 self._apply(e, seq)
+                if isinstance(e, ev.WorkloadStarted) and m.headers and e.workload_id in self.running:
+                    self.running[e.workload_id].trace_ctx = extract_context(m.headers)
             except Exception:  # one event this executor cannot follow must not stop it
                 log.exception("executor: cannot apply %s (log seq %d)", ev.event_type(e), seq)
         if live:
@@ -230,6 +238,9 @@ class Executor:
                                   attempt=r.attempt)
         # a lost connection is retried until it comes back (the id dedups a repeat); the report
         # is dropped only when the workload was stopped meanwhile or the executor stops
+        span = self.tracer.start_span(f"executor {ev.event_type(e)}", context=r.trace_ctx, attributes={
+            "timeshare.workload_id": r.workload_id, "timeshare.cluster": self.cluster, "timeshare.attempt": r.attempt,
+            "timeshare.exit_code": -1 if exit_code is None else exit_code})
         try:
             async for attempt in AsyncRetrying(
                     retry=retry_if_exception(is_transient), reraise=True,
@@ -237,12 +248,14 @@ class Executor:
                     stop=lambda _s: self.stop_event.is_set() or self.running.get(r.workload_id) is not r,
                     before_sleep=lambda rs: log.warning("report %s: %s; retrying", e.event_id,
                                                         rs.outcome.exception())):
-                with attempt:
+                with attempt, trace.use_span(span):  # the proposal carries the workload's trace
                     await self.bus.propose(e)
             self.reported += 1
         except Exception as exc:
             log.error("could not report %s: %s", e.event_id, exc)
             r.stopping = False
+        finally:
+            span.end()
 
     # -- manual clock -----------------------------------------------------------------------
     async def wait_for_seq(self, seq: int, timeout_s: float = 10.0) -> None:

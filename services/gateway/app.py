@@ -14,6 +14,8 @@ from typing import Annotated, Any
 import msgspec
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
+from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field
 
 from timeshare import events as ev
@@ -22,11 +24,11 @@ from timeshare.tree import MAX_PATH_CHARS, MAX_SHARE, TreeError
 from timeshare.workload import ContractError, WorkloadSpec, check_contract
 
 from ..common import healthz as health_reports
-from ..common import subjects
+from ..common import subjects, telemetry
 from ..common.auth import Caller
 from ..common.supervise import describe, is_transient
 from ..common.ids import new_id, submitted_id, workload_id_for_key
-from . import limits
+from . import limits, ui
 from .limits import check_id
 
 API_VERSION = "v1"
@@ -97,7 +99,8 @@ class Unavailable(Exception):
 
 def create_app(gw) -> FastAPI:
     """``gw`` is the Gateway service (settings, config, bus, store, projection, tokens, clock)."""
-    app = FastAPI(title="timeshare gateway", version="1.0.0",
+    # /docs and /redoc with Swagger UI and ReDoc served from fastapi-offline's files, not a CDN
+    app = FastAPIOffline(title="timeshare gateway", version="1.0.0",
                   description="Submit GPU workloads against budgets of GPU time; see the queue in scheduling "
                               "order; manage the allocation tree. Authenticate with `Authorization: Bearer <token>`.",
                   responses=ERROR_RESPONSES)
@@ -187,6 +190,7 @@ def create_app(gw) -> FastAPI:
             wid = req.id or workload_id_for_key(who.user, idempotency_key)
         else:
             wid = req.id or new_id("w")
+        trace.get_current_span().set_attributes({"timeshare.workload_id": wid, "timeshare.cluster": cluster})  # its trace starts here
         now_ms = gw.clock.now_ms()
         spec = WorkloadSpec(id=wid, submit_s=now_ms // 1000, project=req.project, gpu_type=req.gpu_type,
                             gpus=req.gpus, work_s=req.work_s, min_runtime_s=req.min_runtime_s,
@@ -255,6 +259,9 @@ def create_app(gw) -> FastAPI:
             message = doc["last_reason"].get("message")
             if message:
                 explanation["summary"] = f"{explanation.get('summary', '')} Last stopped: {message}".strip()
+        spans = telemetry.span_store()  # its trace, when this process keeps traces
+        if spans is not None:
+            explanation["trace_id"] = spans.trace_of(cluster, workload_id)
         return explanation
 
     @app.get(f"/{API_VERSION}/workloads", tags=["workloads"])
@@ -369,4 +376,5 @@ def create_app(gw) -> FastAPI:
             raise HTTPException(403, "only admins declare nodes repaired")
         return await ask(subjects.cmd_subject(cluster, "health.repaired"), {"node": node, "by": who.user})
 
+    ui.mount(app, gw, Auth, ask)
     return app

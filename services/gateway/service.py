@@ -13,6 +13,7 @@ from ..common.cluster_config import ClusterConfig
 from ..common.projector import Projector
 from ..common.settings import Settings
 from ..common.store import make_store
+from ..common.telemetry import setup_metrics, setup_telemetry
 from .app import create_app
 from .projection import Projection
 
@@ -36,6 +37,8 @@ class Gateway:
         self.tasks: list[asyncio.Task] = []
         self.server: uvicorn.Server | None = None
         self.app = None
+        self.tracer = setup_telemetry("gateway", settings.otel)
+        setup_metrics("gateway", settings.otel)  # the meter provider of a gateway on its own (HTTP metrics)
 
     @property
     def url(self) -> str:

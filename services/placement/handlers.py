@@ -3,6 +3,8 @@
 Only the leader answers (a standby's handler raises ``SkipMessage``: no reply at all, so a
 request gets the leader's answer, or none when nobody leads). ``queue``, ``tree``, ``nodes``,
 ``workload``, ``explain``, ``digest``, ``work`` (work per leaf, for budget); ``healthz.placement``.
+``trace`` is answered by every instance that keeps spans, leader or standby (its spans of a
+workload; the gateway gathers them).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from faststream.exceptions import SkipMessage
 
 from timeshare.explain import explain as explain_workload
 
-from ..common import healthz, subjects
-from ..common.broker import Message, NatsRouter
+from ..common import healthz, subjects, telemetry
+from ..common.broker import Message, NatsRouter, TraceQuery
 from . import view
 
 
@@ -104,5 +106,11 @@ def router(service, cluster: str) -> NatsRouter:
                   description="the leader's health report (a standby does not answer)")
     async def health() -> dict:
         return await healthz.answer(service, "placement")
+
+    @r.subscriber(telemetry.trace_subject(cluster), title="placement.trace",
+                  description="this process's spans of a workload's trace (every process that keeps spans answers, "
+                              "leader or standby; the gateway gathers the answers for 0.3 s)")
+    async def trace(ask: TraceQuery) -> dict:
+        return telemetry.trace_answer(cluster, ask.workload_id, ask.trace_id)
 
     return r

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import msgspec
 import nats.errors
+from opentelemetry import trace
 from nats.js.errors import ObjectNotFoundError
 from nats.js.errors import KeyWrongLastSequenceError
 
@@ -43,7 +44,9 @@ from ..common.cluster_config import ClusterConfig
 from ..common.ids import attempt_of
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient
-from ..common.telemetry import setup_telemetry
+from ..common import telemetry
+from ..common.telemetry import setup_metrics, setup_telemetry
+from .metrics import PlacementMetrics
 
 log = logging.getLogger("timeshare.placement")
 
@@ -229,6 +232,16 @@ class Placement:
         self.instance = uuid.uuid4().hex[:8]
         self.policy = BudgetPolicy()
         self.tracer = setup_telemetry("placement", settings.otel)
+        #: workload id -> the trace context its decisions' spans are children of (its
+        #: ``workload.submitted`` span; rebuilt from the log's traceparent headers on replay)
+        self.trace_ctx: dict[str, object] = {}
+        #: event id -> the trace context its log message carries (this batch only)
+        self.event_ctx: dict[str, object] = {}
+        #: spans of this batch's events, ended when the log holds them (or refused them)
+        self.open_spans: list = []
+        #: this batch's decisions, counted in the metrics when the log holds them
+        self.decided: list[ev.Event] = []
+        self.metrics = PlacementMetrics(setup_metrics("placement", settings.otel), self)
         self.state: SchedulerState | None = None
         #: ids of applied *proposed* events whose workload has not ended (see _remember)
         self.applied_ids: set[str] = set()
@@ -267,7 +280,7 @@ class Placement:
             self.bus = await Bus.connect(self.settings, self.cluster, name=f"placement-{self.instance}")
         await self.bus.ensure_infra()
         self.broker = broker or default_broker(self)
-        await self.broker.start()  # only the leader answers (handlers.py)
+        await self.broker.start()  # only the leader answers (handlers.py); every instance answers trace
         self.tasks.append(asyncio.create_task(self._run(), name="placement"))
         if wait_leader:
             # a log it cannot apply ends the wait too: say so instead of hanging without a word
@@ -512,6 +525,8 @@ class Placement:
                     return
                 raise UntrustedLog(seq, getattr(e, "event_id", "?"), ev.event_type(e) if e is not None else "?",
                                    problem)
+            if isinstance(e, ev.WorkloadSubmitted) and m.headers and "traceparent" in m.headers:
+                self.trace_ctx[e.workload.id] = telemetry.extract_context(m.headers)
             self.state.apply(e)
             self._remember(e)
             n += 1
@@ -649,6 +664,7 @@ class Placement:
         dead: list[tuple[object, str]] = []
         replies: list[tuple[str, dict]] = []
         accepted = 0
+        self._end_spans(appended=False)  # left by a batch that failed before its append
         with self.tracer.start_as_current_span("placement.batch") as span:
             for m in msgs:
                 if m.subject.endswith("." + subjects.TICK):
@@ -686,6 +702,7 @@ class Placement:
                     self.stats["rejected"] += 1
                     continue
                 for a in accepted_events:
+                    self._trace_input(a, m)
                     state.apply(a)
                     self._remember(a)
                 out += accepted_events
@@ -702,6 +719,7 @@ class Placement:
             if out:
                 await self._append(out)
                 self._maybe_snapshot(len(out))
+            self.event_ctx.clear()
         for m, reason in dead:
             await self.bus.dead_letter(f"placement-{self.cluster}", m, reason)
         if msgs:
@@ -730,11 +748,16 @@ class Placement:
         if ended and wid is not None:
             for i in self.ids_of.pop(wid, ()):
                 self.applied_ids.discard(i)
+            self.trace_ctx.pop(wid, None)
 
     def _pass(self, now_ms: int) -> list[ev.Event]:
         now_s = ms_to_s(now_ms)
         with self.tracer.start_as_current_span("placement.pass") as span:
+            start_ns = time.time_ns()
             decisions = self.policy.schedule(self.state, now_s)
+            if telemetry.enabled():
+                self._trace_decisions(decisions, span, start_ns)
+            self.decided.extend(decisions)  # counted in the metrics once the log holds them
             for e in decisions:
                 self._remember(e)
                 if isinstance(e, ev.WorkloadPreempted):
@@ -747,12 +770,89 @@ class Placement:
         self.last_pass_wall = time.monotonic()
         return decisions
 
+    # -- traces -----------------------------------------------------------------------------
+    # One trace per workload: the gateway's HTTP span -> "placement workload.submitted" (here,
+    # child of the traceparent the proposal carried) -> one span per decision about it, child
+    # of that, timed like the pass that made it and linked to the pass's own span -> the
+    # executor's report -> "placement workload.completed". Each log message carries the context
+    # of its event's span, so services downstream continue the workload's trace.
+    def _trace_input(self, e: ev.Event, msg) -> None:
+        if not telemetry.enabled():
+            return
+        wid = e.workload.id if isinstance(e, ev.WorkloadSubmitted) else getattr(e, "workload_id", None)
+        if wid is None:
+            return
+        headers = msg.headers or {}
+        parent = telemetry.extract_context(headers) if "traceparent" in headers else self.trace_ctx.get(wid)
+        attrs = {"timeshare.workload_id": wid, "timeshare.event_id": e.event_id, "timeshare.at_ms": e.at_ms,
+                 "timeshare.cluster": self.cluster}
+        if isinstance(e, ev.WorkloadSubmitted):
+            w = e.workload
+            attrs.update({"timeshare.project": w.project, "timeshare.user": w.user, "timeshare.gpu_type": w.gpu_type,
+                          "timeshare.gpus": w.gpus, "timeshare.min_runtime_s": w.min_runtime_s,
+                          "timeshare.resumable": w.resumable, "timeshare.kind": w.kind})
+        span = self.tracer.start_span(f"placement {ev.event_type(e)}", context=parent, attributes=attrs)
+        self.open_spans.append(span)  # ended once the log holds it (_append)
+        ctx = trace.set_span_in_context(span)
+        if isinstance(e, ev.WorkloadSubmitted):
+            self.trace_ctx[wid] = ctx
+        self.event_ctx[e.event_id] = ctx
+
+    def _trace_decisions(self, decisions: list[ev.Event], pass_span, start_ns: int) -> None:
+        """A span per decision in its workload's trace, with the numbers that justified it."""
+        link = [trace.Link(pass_span.get_span_context())]
+        for e in decisions:
+            wid = getattr(e, "workload_id", None)
+            if wid is None:
+                continue
+            attrs: dict = {"timeshare.workload_id": wid, "timeshare.event_id": e.event_id,
+                           "timeshare.at_ms": e.at_ms, "timeshare.cluster": self.cluster}
+            if isinstance(e, ev.WorkloadStarted):
+                attrs.update({"timeshare.project": e.project, "timeshare.gpus": e.gpus,
+                              "timeshare.nodes": ",".join(p.node for p in e.placement),
+                              "timeshare.allocated": e.allocated, "timeshare.attempt": e.attempt})
+                if e.protected_until_ms is not None:
+                    attrs["timeshare.protected_until_ms"] = e.protected_until_ms
+            elif isinstance(e, ev.WorkloadPreempted):
+                attrs.update(telemetry.attributes_of("timeshare.preemption", e.reason))
+                attrs.update({"timeshare.resumable": e.resumable, "timeshare.progress_s": e.progress_s,
+                              "timeshare.lost_gpu_s": e.lost_gpu_s})
+            # a workload whose trace is unknown (submitted before a snapshot) hangs under the pass
+            parent = self.trace_ctx.get(wid)
+            span = self.tracer.start_span(f"placement.pass {ev.event_type(e)}", context=parent, links=link,
+                                          start_time=start_ns, attributes=attrs)
+            if isinstance(e, ev.WorkloadPreempted):
+                span.add_event("preempted", {"timeshare.message": e.reason.message})
+            self.open_spans.append(span)  # ended once the log holds the decision (_append)
+            self.event_ctx[e.event_id] = trace.set_span_in_context(span)
+
+    def _end_spans(self, appended: bool) -> None:
+        """End the spans of this batch's events: a decision is made when the log holds it. A
+        batch the log refused (a deposed leader, a term that ended) is marked: the next leader
+        decides again, with other event ids, in spans of its own. The metrics count only what
+        the log holds, for the same reason."""
+        for span in self.open_spans:
+            span.set_attribute("timeshare.appended", appended)
+            if not appended:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, "not appended to the log: the term ended"))
+            span.end()
+        self.open_spans.clear()
+        if appended:
+            self.metrics.decided(self.decided)
+        self.decided.clear()
+
     async def _append(self, out: list[ev.Event]) -> None:
-        acks = await self.bus.publish_events(
-            out, lambda e: subjects.log_subject(self.cluster, ev.event_type(e)),
-            fence_after_seq=self.last_log_seq, fence_filter=subjects.log_filter(self.cluster))
+        try:
+            acks = await self.bus.publish_events(
+                out, lambda e: subjects.log_subject(self.cluster, ev.event_type(e)),
+                fence_after_seq=self.last_log_seq, fence_filter=subjects.log_filter(self.cluster),
+                context_of=lambda e: self.event_ctx.get(e.event_id))
+        except BaseException:
+            self._end_spans(appended=False)
+            raise
         self.last_log_seq = max(self.last_log_seq, *(a.seq for a in acks))
         dup = [(e.event_id, a.seq) for e, a in zip(out, acks) if a.duplicate]
+        self._end_spans(appended=not dup)
         if dup:
             # an id already in the log was not appended, yet the state applied it: the state is
             # no longer the log's; end the term, the next one rebuilds from the log

@@ -216,6 +216,40 @@ async def test_placement_queries_are_answered_by_the_leader_only(settings, confi
         assert out["status"] == 400 and "limit" in out["error"]
 
 
+async def test_trace_is_answered_by_every_process_that_keeps_spans(settings, config, monkeypatch):
+    """``trace`` is a scatter-gather (the gateway gathers every answer for 0.3 s): a standby
+    placement answers it too, the executor answers, and a process without a span store sends
+    nothing."""
+    from services.common import telemetry
+    from services.executor.handlers import router as executor_router
+    from services.executor.service import Executor
+    from services.placement.handlers import router as placement_router
+    from services.placement.service import Placement
+
+    class Store:
+        def trace_of(self, cluster, workload_id):
+            return {(CLUSTER, "w1"): "t1"}.get((cluster, workload_id))
+
+        def spans_of(self, trace_id):
+            return [{"span_id": "s1", "trace_id": trace_id}]
+
+    placement = Placement(settings, config, ManualClock(0))  # a standby: not leading
+    executor = Executor(settings, config, ManualClock())
+    for broker in (make_broker(settings, "placement", placement_router(placement, CLUSTER)),
+                   make_broker(settings, "executor", executor_router(executor, CLUSTER))):
+        async with TestNatsBroker(broker) as br:
+            monkeypatch.setattr(telemetry, "_store", None)
+            reply = await br.request(b'{"workload_id": "w1"}', query("trace"), timeout=0.5)
+            assert reply.body == b"", reply.body
+            monkeypatch.setattr(telemetry, "_store", Store())
+            assert await ask(br, query("trace"), {"workload_id": "w1", "trace_id": None}) == {
+                "trace_id": "t1", "spans": [{"span_id": "s1", "trace_id": "t1"}]}
+            assert await ask(br, query("trace"), {"workload_id": "w2"}) == {"trace_id": None, "spans": []}
+            assert (await ask(br, query("trace"), {"trace_id": "t9"}))["trace_id"] == "t9"
+            out = await ask(br, query("trace"), {"workload_id": 7})
+            assert out["status"] == 400 and "workload_id" in out["error"]
+
+
 @pytest.mark.integration
 async def test_placement_standby_is_silent_on_a_real_server(make_settings):
     """Two placements on a real nats-server: every query gets the leader's answer (the standby

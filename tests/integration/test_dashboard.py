@@ -1,0 +1,178 @@
+"""The dashboard in a real browser (Debian's chromium, driven by Playwright) against a running
+stack: each page shows what it should, nothing is loaded from another host, screenshots kept.
+
+Screenshots go to ``$TIMESHARE_SCREENSHOTS`` when set (``make screenshots`` sets it to
+``docs/screenshots``), else to the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from timeshare import events as ev
+
+from .helpers import client, of_type, wait_events, wait_for
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = os.environ.get("TIMESHARE_CHROMIUM", "/usr/bin/chromium")
+# headless in a container, as root: no sandbox, no GPU, no calls home
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"]
+
+
+@pytest.fixture
+def screenshots(tmp_path) -> Path:
+    out = Path(os.environ.get("TIMESHARE_SCREENSHOTS") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@pytest.fixture
+async def browser():
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: apt-get install chromium (.ci/run does)")
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        await b.close()
+
+
+async def _scenario(stack) -> str:
+    """alpha fills both nodes with resumable work protected for 2 s; beta, which used nothing,
+    preempts one; the victim waits in the queue. Returns the victim's id."""
+    cluster, bus = stack.settings.cluster, stack["gateway"].bus
+    async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
+        for i in range(2):
+            r = await alice.post("/v1/workloads", json={"project": "alpha/train", "gpu_type": "H100", "gpus": 4,
+                                                         "work_s": 600, "min_runtime_s": 2, "resumable": True,
+                                                         "id": f"hog-{i}"})
+            assert r.status_code == 202, r.text
+        await wait_events(bus, cluster, lambda es: len(of_type(es, ev.WorkloadStarted)) == 2)
+        r = await bob.post("/v1/workloads", json={"project": "beta/debug", "gpu_type": "H100", "gpus": 4,
+                                                   "work_s": 600, "min_runtime_s": 600, "id": "newcomer"})
+        assert r.status_code == 202
+        events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "newcomer"),
+                                   timeout_s=15, what="the newcomer to start")
+        victim = of_type(events, ev.WorkloadPreempted)[0].workload_id
+
+        async def settled():  # the gateway's projection shows the victim back in the queue
+            doc = (await alice.get(f"/v1/workloads/{victim}")).json()
+            return doc["state"] == "pending" and doc["last_reason"]
+
+        await wait_for(settled, 10, what="the victim pending in the gateway")
+    return victim
+
+
+async def _open(page, url: str, shot: Path) -> str:
+    await page.goto(url)
+    await page.wait_for_selector("body[data-ready]", state="attached", timeout=15_000)
+    assert await page.get_attribute("body", "data-ready") == "1", await page.inner_text("main")
+    await page.screenshot(path=str(shot), full_page=True)
+    return await page.inner_text("main")
+
+
+async def test_every_page_renders_the_live_state_from_local_assets_only(make_settings, browser, screenshots):
+    from services.devstack.stack import Stack
+
+    stack = await Stack(make_settings(otel="memory")).start()
+    try:
+        await _pages(stack, browser, screenshots)
+    finally:
+        await stack.stop()
+
+
+async def _pages(stack, browser, screenshots: Path) -> None:
+    victim = await _scenario(stack)
+    base = stack["gateway"].url
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    outside: list[str] = []
+    errors: list[str] = []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith((base, "data:", "blob:")) else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    # without a token the page says how to give one
+    await page.goto(f"{base}/ui")
+    assert "bearer token" in (await page.inner_text("#status"))
+
+    # the allocation tree: every node with its fraction, owed vs delivered and the ratio
+    text = await _open(page, f"{base}/ui#token=tok-alice", screenshots / "tree.png")
+    assert "#token" not in page.url  # the token left the address bar
+    rows = page.locator("#tree tbody tr")
+    assert [await r.get_attribute("data-path") for r in await rows.all()] == ["alpha", "alpha/train", "beta",
+                                                                              "beta/debug"]
+    alpha_train = await page.inner_text('#tree tr[data-path="alpha/train"]')
+    assert "50.0%" in alpha_train  # fraction: 1/2 x 1/1
+    assert "×" in alpha_train      # its usage ratio
+    assert "funded attainment" in text and "preemptions" in text
+    assert await page.inner_text("#whoami") == "alice"
+
+    # the queue: the victim, first, with its ordering key per level
+    text = await _open(page, f"{base}/ui/queue", screenshots / "queue.png")
+    row = page.locator(f'#queue tr[data-workload="{victim}"]')
+    assert await row.count() == 1
+    cells = await row.locator("td").all_inner_texts()
+    assert cells[0] == "1" and cells[2] == "alpha/train" and cells[5] == "allocated"
+    assert "alpha: fill" in cells[8] and "alpha/train: fill" in cells[8]
+    # the waits of the three starts so far (two hogs, the newcomer), from the metrics
+    waits = [await r.locator("td").all_inner_texts() for r in await page.locator("#waits tbody tr").all()]
+    assert sum(int(w[2]) for w in waits) == 3 and {w[1] for w in waits} == {"allocated"}
+
+    # the cluster: one row per node, each GPU coloured by team; beta's newcomer protected,
+    # alpha's remaining hog past its minimum runtime (preemptible)
+    await _open(page, f"{base}/ui/cluster", screenshots / "cluster.png")
+    assert await page.locator(".node-row").count() == 2
+    newcomer = page.locator('.gpu[data-workload="newcomer"]')
+    assert await newcomer.count() == 4
+    classes = [await g.get_attribute("class") for g in await newcomer.all()]
+    assert all("protected" in c.split() for c in classes), classes
+    other = "hog-1" if victim == "hog-0" else "hog-0"
+    hog = page.locator(f'.gpu[data-workload="{other}"]')
+    assert await hog.count() == 4
+    classes = [await g.get_attribute("class") for g in await hog.all()]
+    assert all("preemptible" in c.split() for c in classes), classes
+    colour = lambda loc: loc.first.evaluate("e => getComputedStyle(e).backgroundColor")  # noqa: E731
+    assert await colour(newcomer) != await colour(hog)  # another program, another hue
+    assert await page.locator('.legend [data-team="beta/debug"]').count() == 1
+
+    # the workload page: state, why, the preemption's numbers, timeline and trace
+    text = await _open(page, f"{base}/ui/workloads/{victim}", screenshots / "workload.png")
+    assert await page.inner_text("#state") == "pending"
+    assert "Last stopped" in await page.inner_text("#explanation")
+    reason = await page.inner_text("#reason")
+    assert "fair_share" in reason and "newcomer" in reason and "top of the tree" in reason
+    ratios = await page.locator('#reason tr[data-field="preemptor_ratio / victim_ratio"] td').all_inner_texts()
+    assert len(ratios) == 2 and float(ratios[0]) < float(ratios[1])  # the victim's side used more
+    history = [await r.get_attribute("data-event") for r in await page.locator("#history tbody tr").all()]
+    assert history[:2] == ["workload.submitted", "workload.started"] and "workload.preempted" in history
+    assert await page.locator("#timeline .mark").count() == 1  # one preemption, one red mark
+    # the trace as a waterfall: the HTTP request, the submission, each decision about it
+    spans = [await s.get_attribute("data-span") for s in await page.locator("#trace [data-span]").all()]
+    assert spans[0] == "POST /v1/workloads", spans
+    for name in ("placement workload.submitted", "placement.pass workload.started",
+                 "placement.pass workload.preempted", "placement.pass workload.requeued"):
+        assert name in spans, (name, spans)
+
+    # a bad id is refused with the reason, not rendered
+    r = await page.goto(f"{base}/ui/workloads/{'x' * 300}")
+    assert r.status == 400
+
+    # /docs and /redoc render offline
+    await page.goto(f"{base}/docs")
+    await page.get_by_text("/v1/workloads/{workload_id}/explain").wait_for(timeout=15_000)
+    await page.screenshot(path=str(screenshots / "docs.png"))
+    assert not outside, outside
+    scripts: list[str] = []
+    page.on("request", lambda r: scripts.append(r.url)
+            if r.resource_type in ("script", "stylesheet", "font", "fetch", "xhr") and not r.url.startswith(
+                (base, "data:", "blob:")) else None)
+    await page.goto(f"{base}/redoc")
+    await page.get_by_text("timeshare gateway").first.wait_for(timeout=15_000)
+    # ReDoc's footer logo is an <img> from its makers' host: it fails offline, nothing else does
+    assert not scripts, scripts
+    assert not errors, errors
