@@ -84,7 +84,8 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
 
     @app.get("/v1/whoami", tags=["operations"])
     async def whoami(who: Auth) -> dict:
-        """The caller this token stands for: user, the subtrees it manages, admin or not."""
+        """The caller this token stands for: user, the subtrees it manages, admin or not, the
+        leaves it is a member of."""
         return who.to_dict()
 
     @app.get("/v1/cluster", tags=["nodes"])

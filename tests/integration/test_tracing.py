@@ -166,6 +166,7 @@ async def test_trace_of_an_unknown_workload_is_404_and_whoami_names_the_tokens_c
         r = await carol.get("/v1/workloads/nope/trace")
         assert r.status_code == 404 and "nope" in r.json()["detail"]
         r = await carol.get("/v1/whoami")
-        assert r.json() == {"user": "carol", "manages": [], "admin": False}
+        # the caller as the gateway knows it, the leaves carol may submit to included
+        assert r.json() == {"user": "carol", "manages": [], "admin": False, "member_of": ["alpha/train", "beta/debug"]}
         r = await carol.get("/v1/whoami", headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 401
