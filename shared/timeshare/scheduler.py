@@ -16,7 +16,8 @@ fills and due shares come from fairshare.py):
    shares), ordered by all GPUs each subtree runs against its due share; allocated requests
    may preempt any unallocated work (or, with ``unallocated_preemption = "fair"``, their own
    team's, richer subtrees' and any while they stay near their due share), unallocated
-   requests only that of subtrees that stay richer (``_stays_richer``).
+   requests only that of subtrees that stay richer (``_stays_richer``); unallocated requests
+   leave the pool's headroom free (``PolicyConfig.unallocated_headroom``).
 
 A pass walks each queue once; one that preempted is followed at once by another. When no node
 changed since the last pass, a pass looks only at work that arrived since (the quick pass, a
