@@ -41,6 +41,7 @@ from timeshare.workload import ContractError
 from ..common import subjects
 from ..common.bus import Bus, FenceError, decode_event, reply_json
 from ..common.cluster_config import ClusterConfig
+from ..common.forked_pickle import PickleJob, start_pickle
 from ..common.ids import attempt_of
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient
@@ -555,19 +556,22 @@ class Placement:
         if every <= 0 or (self.since_snapshot < every and not force) or (
                 self.snapshot_task and not self.snapshot_task.done()):
             return
-        # pickled here, between batches, where the state is the log up to last_log_seq
-        data = pickle.dumps({"code": CODE_VERSION, "cluster": self.cluster, "log_seq": self.last_log_seq,
-                             "state": self.state, "applied_ids": self.applied_ids, "ids_of": self.ids_of},
-                            protocol=5)
+        # taken here, between batches, where the state is the log up to last_log_seq: a forked
+        # child pickles it as it is now while this process goes on (forked_pickle.py)
+        job = start_pickle({"code": CODE_VERSION, "cluster": self.cluster, "log_seq": self.last_log_seq,
+                            "state": self.state, "applied_ids": self.applied_ids, "ids_of": self.ids_of})
+        self.stats["snapshot_pause_ms"] = round(job.paused_s * 1000, 1)
         self.since_snapshot = 0
-        self.snapshot_task = asyncio.create_task(self._put_snapshot(data, self.last_log_seq))
+        self.snapshot_task = asyncio.create_task(self._put_snapshot(job, self.last_log_seq))
 
-    async def _put_snapshot(self, data: bytes, log_seq: int) -> None:
+    async def _put_snapshot(self, job: PickleJob, log_seq: int) -> None:
         try:
+            data = await job.result()
             store = await self.bus.object_store(subjects.SNAPSHOT_BUCKET)
             await store.put(self._snapshot_name(), data)
             previous, self.snapshot_seq = self.snapshot_seq, log_seq
-            log.info("snapshot of %s at log seq %d (%d bytes)", self.cluster, log_seq, len(data))
+            log.info("snapshot of %s at log seq %d (%d bytes; the loop paused %.1f ms%s)", self.cluster, log_seq,
+                     len(data), job.paused_s * 1000, " to fork" if job.forked else "")
         except Exception as exc:  # noqa: BLE001 - the next one will try again
             log.warning("snapshot of %s failed: %s", self.cluster, describe(exc))
             return
