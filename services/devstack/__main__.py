@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from ..common.cluster_config import load_cluster
-from ..common.runner import setup_logging
+from ..common.runner import freeze_startup_heap, setup_logging
 from ..common.settings import DEFAULT_CLUSTER_FILE, ROOT, Settings
 from .servers import NatsServer, PostgresServer, free_port, pid_alive, postgres_bin_dir
 from .stack import Stack
@@ -223,6 +223,7 @@ async def main(argv=None) -> int:
         say(f"starting the services of cluster {config.name!r} (placement replays the log, the projections "
             "catch up) ...")
         stack = await Stack(settings, config).start(echo=say)
+        freeze_startup_heap()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
