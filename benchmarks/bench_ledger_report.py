@@ -11,7 +11,9 @@ store), feeds them to a real ``Ledger`` (which writes its hourly rows), then tim
   the store, decode it, fold it through the collector (``attainment_report``),
 
 for the whole month and for its last week, checks the two give the same attainment numbers,
-and prints the time, the peak memory each call added (tracemalloc) and the ratio.
+and prints the time, the peak memory each call added (tracemalloc) and the ratio. Then a
+restart of the ledger: from its latest checkpoint and the journal after it, against the whole
+journal (the checkpoint marked as other code's).
 """
 
 from __future__ import annotations
@@ -75,16 +77,15 @@ async def main_async(days: int, memory: bool) -> None:
         await ledger.store.open()
         t0 = time.perf_counter()
         batch = 2000
-        for i in range(0, len(events), batch):
-            part = events[i:i + batch]
+        for i in range(0, len(events), batch):  # as the projector runner stores a batch
+            part = [(i + k + 1, e) for k, e in enumerate(events[i:i + batch])]
+            work = await ledger.begin(ledger.store, part)
             changes = Changes()
-            for e in part:
-                if not isinstance(e, ev.MinRuntimeReached):
-                    changes.append("events", ledger.cluster, msgspec.to_builtins(e))
-            seq = i + len(part)
-            await ledger.store.commit(ledger.consumer, seq, changes)
-            ledger.committed(list(part), [(0, e) for e in part])
-            ledger.projector = types.SimpleNamespace(applied_seq=seq)
+            for seq, e in part:
+                work = ledger.fold(work, seq, e, changes)
+            await ledger.store.commit(ledger.consumer, part[-1][0], changes)
+            ledger.committed(work, part)
+            ledger.projector = types.SimpleNamespace(applied_seq=part[-1][0])
             await ledger.write_hourly_rows()
         print(f"journal + hourly rows stored ({'memory' if memory else 'PostgreSQL'}): "
               f"{time.perf_counter() - t0:.1f} s, {len(await ledger.store.scan('hourly'))} rows")
@@ -105,6 +106,19 @@ async def main_async(days: int, memory: bool) -> None:
             same = all(got[k] == want[k] for k in ("teams", "attainment", "attainment_all_work"))
             print(f"{name:<12} {t_rows:10.3f}s {m_rows:8.1f} {t_journal:13.3f}s {m_journal:8.1f} "
                   f"{t_journal / t_rows:7.1f}  {same}")
+
+        # a restart: the latest checkpoint and the journal after it, against the whole journal
+        print(f"{'ledger start':<30} {'rows folded':>11} {'time':>8} {'peak MB':>8}  same usage")
+        for name, trusted in (("from its checkpoint", True), ("whole journal (no checkpoint)", False)):
+            if not trusted:
+                doc = await ledger.store.get("checkpoint", ledger.cluster)
+                changes = Changes()
+                changes.put("checkpoint", ledger.cluster, {**doc, "code": "not this code"})
+                await ledger.store.commit("bench-overwrite", 1, changes)
+            again = Ledger(settings, config, ManualClock(events[-1].at_ms), store=ledger.store)
+            _, dt, peak = await timed(lambda: again.load(ledger.store))
+            same = again.usage_snapshot() == ledger.usage_snapshot()
+            print(f"{name:<30} {again.stats['folded_at_start']:>11} {dt:7.2f}s {peak:8.1f}  {same}")
         await ledger.store.close()
     finally:
         if pg is not None:

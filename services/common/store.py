@@ -89,8 +89,8 @@ class MemoryStore:
     async def scan(self, kind: str, prefix: str = "") -> list[tuple[str, dict]]:
         return sorted((k, copy.deepcopy(d)) for (kd, k), d in self.records.items() if kd == kind and k.startswith(prefix))
 
-    async def journal(self, kind: str, key: str) -> list[dict]:
-        return copy.deepcopy(self.journals.get((kind, key), []))
+    async def journal(self, kind: str, key: str, skip: int = 0) -> list[dict]:
+        return copy.deepcopy(self.journals.get((kind, key), [])[skip:])
 
     async def put_if_absent(self, kind: str, key: str, doc: dict) -> dict | None:
         """Insert ``doc`` unless the key exists; returns the existing document or None."""
@@ -218,8 +218,10 @@ class PostgresStore:
         return [(r["key"], r["doc"]) for r in rows]
 
     @_retried
-    async def journal(self, kind: str, key: str) -> list[dict]:
-        rows = await self.pool.fetch("SELECT doc FROM journal WHERE kind = $1 AND key = $2 ORDER BY n", kind, key)
+    async def journal(self, kind: str, key: str, skip: int = 0) -> list[dict]:
+        """The entries of (kind, key) in the order they were appended, after the first ``skip``."""
+        rows = await self.pool.fetch("SELECT doc FROM journal WHERE kind = $1 AND key = $2 ORDER BY n OFFSET $3",
+                                     kind, key, skip)
         return [r["doc"] for r in rows]
 
     @_retried

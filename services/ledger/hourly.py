@@ -49,6 +49,18 @@ def _unkey(s: str) -> tuple[str, str]:
     return leaf, pool
 
 
+def _counts() -> dict[str, int]:
+    # a named function, not a lambda: the ledger pickles these rows' state into its checkpoint
+    return defaultdict(int)
+
+
+def _ends(e: ev.Event) -> bool:
+    """The workload's last event: nothing about it follows."""
+    if isinstance(e, ev.WorkloadPreempted):
+        return not e.resumable
+    return isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled))
+
+
 class HourlyUsage:
     def __init__(self, tree: AllocationTree, pool_gpus: dict[str, int], nodes: dict[str, tuple[str, int]],
                  max_min_runtime_s: int):
@@ -58,7 +70,7 @@ class HourlyUsage:
         self.mc = MetricsCollector(tree, pool_gpus, max_min_runtime_s)
         self.busy = _Rates()          # pool -> running GPUs
         self.unallocated = _Rates()   # pool -> running GPUs of unallocated work
-        self.preemptions: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.preemptions: dict[int, dict[str, int]] = defaultdict(_counts)
         self.waits: dict[int, list[float]] = defaultdict(list)
         self.started = False
         #: the hour the latest event fell in: every hour before it is complete
@@ -126,6 +138,20 @@ class HourlyUsage:
                 if isinstance(e, ev.WorkloadPreempted):
                     self.preemptions[h][e.reason.kind] += 1
         mc.observe(e)
+        if _ends(e):
+            self._forget(e.workload_id)
+
+    def _forget(self, workload_id: str) -> None:
+        """Drop what the collector keeps per workload once it ended: the rows need only live
+        work (its demand and delivery), and the ledger's memory and checkpoint stay as large
+        as the work in the system, not as its history. (The simulator's collector keeps them
+        for its end-of-run tables.)"""
+        mc = self.mc
+        for per_workload in (mc.specs, mc.submit_s, mc.resubmit_of, mc.first_wait, mc.requeued_at):
+            per_workload.pop(workload_id, None)
+        # requeue waits are the simulator's table; the rows keep their own (waits_s)
+        mc.requeue_waits.clear()
+        mc.requeue_waits_by_kind.clear()
 
     def _jump_to(self, h: int) -> None:
         """Event time leapt more than MAX_GAP_H hours (an event stamped at 0 ms, the epoch,

@@ -16,12 +16,10 @@ cancel of a finished workload; health changes for unknown nodes or nodes not in 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import pickle
 import time
 import uuid
-from pathlib import Path
 
 import msgspec
 import nats.errors
@@ -41,6 +39,7 @@ from timeshare.workload import ContractError
 from ..common import subjects
 from ..common.bus import Bus, FenceError, decode_event, reply_json
 from ..common.cluster_config import ClusterConfig
+from ..common.code_version import code_version
 from ..common.forked_pickle import PickleJob, start_pickle
 from ..common.ids import attempt_of
 from ..common.settings import Settings
@@ -55,17 +54,8 @@ PROPOSABLE = (ev.WorkloadSubmitted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.
               ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
 
 
-def _code_version() -> str:
-    """A hash of the scheduling core and this file: a snapshot is loaded by the same code only."""
-    import timeshare
-
-    h = hashlib.sha256()
-    for path in sorted([*Path(timeshare.__file__).parent.rglob("*.py"), Path(__file__)]):
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-CODE_VERSION = _code_version()
+#: snapshots are loaded by the same code only (the core and this file)
+CODE_VERSION = code_version(__file__)
 
 
 def snapshot_name(cluster: str) -> str:

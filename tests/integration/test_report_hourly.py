@@ -14,6 +14,7 @@ import pytest
 from services.common.clock import ManualClock
 from services.common.cluster_config import load_cluster
 from services.common.settings import Settings
+from services.common.store import Changes
 from services.ledger.report import attainment_report
 from services.ledger.service import Ledger
 from timeshare import events as ev
@@ -50,7 +51,7 @@ async def fed_ledger():
     # as the projector does: events folded batch by batch, rows written now and then
     for i in range(0, len(events), 7):
         batch = events[i:i + 7]
-        ledger.committed(list(batch), [(0, e) for e in batch])
+        ledger.committed({"events": list(batch), "checkpoint": None}, [(0, e) for e in batch])
         ledger.projector = types.SimpleNamespace(applied_seq=i + len(batch))
         if i % 21 == 0:
             await ledger.write_hourly_rows()
@@ -105,7 +106,7 @@ async def test_a_leap_of_event_time_is_not_binned_hour_by_hour():
     events = [ev.WorkloadSubmitted(event_id="s", at_ms=0, cluster="parity", workload=spec),
               ev.WorkloadCancelled(event_id="c", at_ms=now_ms - 600_000, cluster="parity", workload_id="w")]
     t0 = __import__("time").perf_counter()
-    ledger.committed(events, [(1, e) for e in events])
+    ledger.committed({"events": events, "checkpoint": None}, [(1, e) for e in events])
     ledger.projector = types.SimpleNamespace(applied_seq=2)
     assert await ledger.write_hourly_rows() <= 2
     assert __import__("time").perf_counter() - t0 < 5
@@ -113,3 +114,81 @@ async def test_a_leap_of_event_time_is_not_binned_hour_by_hour():
     assert "error" not in out, out
     assert (await ledger.report(None, None))["status"] == 400  # the journal spans > 400 days: give from_s
     await ledger.store.close()
+
+
+async def feed(ledger: Ledger, events: list[ev.Event], batch: int = 7) -> None:
+    """The events through the projection as the runner stores them: begin, fold, commit, committed."""
+    for i in range(0, len(events), batch):
+        part = [(i + k + 1, e) for k, e in enumerate(events[i:i + batch])]
+        work = await ledger.begin(ledger.store, part)
+        changes = Changes()
+        for seq, e in part:
+            work = ledger.fold(work, seq, e, changes)
+        assert await ledger.store.commit(ledger.consumer, part[-1][0], changes)
+        ledger.committed(work, part)
+        ledger.projector = types.SimpleNamespace(applied_seq=part[-1][0])
+
+
+@pytest.fixture(params=["memory", "postgresql"])
+def store_server(request):
+    """None (the in-memory store) or the throwaway PostgreSQL server."""
+    return None if request.param == "memory" else request.getfixturevalue("postgres_server")
+
+
+async def new_database(server) -> str:
+    import uuid
+
+    import asyncpg
+
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(server.dsn)
+    await conn.execute(f"CREATE DATABASE {name}")
+    await conn.close()
+    return server.dsn.rsplit("/", 1)[0] + f"/{name}"
+
+
+async def test_a_restart_loads_the_checkpoint_and_folds_only_the_journal_after_it(monkeypatch, store_server):
+    """A start used to fold the whole journal; it now takes the latest checkpoint and the rows
+    after it, and ends in the same state: same usage, same report, same open rows."""
+    import services.ledger.service as ledger_service
+
+    monkeypatch.setattr(ledger_service, "CHECKPOINT_EVERY", 60)
+    scenario = load_scenario(SCENARIO)
+    events: list[ev.Event] = []
+    run(scenario, "budget", on_event=events.append)
+    store_url = "memory" if store_server is None else await new_database(store_server)
+    settings = Settings(database_url=store_url, cluster_file=str(SCENARIO), cluster="parity")
+    config = load_cluster(SCENARIO, "parity")
+    clock = ManualClock(events[-1].at_ms)
+    first = Ledger(settings, config, clock)
+    await first.store.open()
+    await feed(first, events)
+    rows = first.journal_rows
+    assert first.checkpoint_rows > 0 and rows - first.checkpoint_rows < 60 + 7
+    await first.write_hourly_rows()
+
+    again = Ledger(settings, config, clock, store=first.store)
+    await again.load(first.store)
+    again.projector = first.projector
+    assert again.stats["folded_at_start"] == rows - first.checkpoint_rows < rows
+    assert again.journal_rows == rows
+    assert again.usage_snapshot() == first.usage_snapshot()
+    for from_s, to_s in [(None, None), (HOUR_S, 2 * HOUR_S)]:
+        assert await again.report(from_s, to_s) == await first.report(from_s, to_s)
+    # ended workloads are forgotten: the collector holds the live ones only
+    live = {w for w in first.hourly.mc.specs}
+    assert live == set(again.hourly.mc.specs)
+    assert len(live) < sum(isinstance(e, ev.WorkloadSubmitted) for e in events)
+
+    # a checkpoint from other code is not trusted: the whole journal is folded, same state
+    doc = await first.store.get("checkpoint", "parity")
+    changes = Changes()
+    changes.put("checkpoint", "parity", {**doc, "code": "other"})
+    await first.store.commit("test-overwrite", 1, changes)
+    cold = Ledger(settings, config, clock, store=first.store)
+    await cold.load(first.store)
+    cold.projector = first.projector
+    assert cold.stats["folded_at_start"] == rows
+    assert cold.usage_snapshot() == first.usage_snapshot()
+    assert await cold.report(None, None) == await first.report(None, None)
+    await first.store.close()

@@ -51,6 +51,11 @@ def _covered_s(hour: int, span_s: tuple[float, float]) -> float:
     return max(0.0, min((hour + 1) * HOUR_S, span_s[1]) - max(hour * HOUR_S, span_s[0]))
 
 
+def _hour_bins() -> dict[int, float]:
+    # a named function, not a lambda: the ledger pickles its collector into a checkpoint
+    return defaultdict(float)
+
+
 class _Rates:
     """Integrates piecewise-constant rates per key into hourly bins."""
 
@@ -60,7 +65,7 @@ class _Rates:
         # keys: (leaf, GPU type), or a GPU type
         self.rate: dict[object, int] = defaultdict(int)
         self.since: dict[object, float] = {}
-        self.bins: dict[object, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+        self.bins: dict[object, dict[int, float]] = defaultdict(_hour_bins)
 
     def change(self, key: object, t: float, delta: int) -> None:
         rate = self.rate
