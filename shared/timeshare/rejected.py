@@ -312,8 +312,18 @@ class _Context:
                 return _Verdict(1, lost, self._candidate(
                     v, "gang_node_held", f"{self.w.id} needs whole nodes, and {node.name} also holds {held[0]}, "
                                          f"which may not go", lost_gpu_s=lost))
-        names = ", ".join(n.name for n in self.nodes)
-        return _Verdict(0, lost, self._candidate(
-            v, "ranked_lower", f"{self.w.id} took {names}, whose work costs less to stop (its victims lose "
-                               f"{self.chosen_lost:g} GPU-s of progress in all; {v.id} alone {lost:g})",
-            lost_gpu_s=lost, chosen_lost_gpu_s=self.chosen_lost))
+        # placement's gang search ranks nodes by their dearest victim's cost (rules.victim_cost:
+        # unallocated work first, then the progress lost), then prefers one rack
+        worst = max(rules.cost(x) for x in self.victims)
+        node = v.placement[0][0]
+        dearest = max(rules.cost(workloads[wid]) for wid in node.holders)
+        took = f"{self.w.id} took {len(self.nodes)} whole nodes"
+        if worst[0] != dearest[0]:
+            why = f"{took} that held only unallocated work; {node.name} holds allocated work"
+        elif worst[1] != dearest[1]:
+            why = (f"{took} whose dearest victim loses {worst[1]:g} GPU-s of progress; on {node.name} "
+                   f"{dearest[-1]} would lose {dearest[1]:g}")
+        else:
+            why = f"{took} costing as much as {node.name}, in one rack or by node order"
+        return _Verdict(0, lost, self._candidate(v, "ranked_lower", why, lost_gpu_s=lost,
+                                                 chosen_lost_gpu_s=self.chosen_lost))
