@@ -123,10 +123,8 @@ def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemp
     lines: list[str] = []
     if last_preemption is not None:
         out["last_preemption"] = last_preemption
-        lines.append(f"Last preempted: {getattr(last_preemption, 'message', '')}")
         spared = rejected_sentence(last_preemption)
-        if spared:
-            lines.append(spared)
+        lines.append(f"Last preempted: {getattr(last_preemption, 'message', '')}" + (f". {spared}" if spared else ""))
     if w.state == PENDING:
         order = queue_order(state, w.gpu_type, now_s)
         position = next(i for i, (_, x) in enumerate(order) if x.id == w.id) + 1

@@ -68,6 +68,11 @@ def _pct(x: float) -> str:
     return f"{x:.0%}" if math.isfinite(x) else "all (nothing due)"
 
 
+def _remaining(s: Seconds) -> str:
+    """A time left, to the millisecond below a second (the live placement's clock is in ms)."""
+    return f"{int(round(s * 1000))} ms" if s < 1 else format_duration_s(s)
+
+
 def window_name(window_s: int) -> str:
     """The lookback window as a sentence names it (``7-day``)."""
     return f"{window_s // 86400}-day" if window_s % 86400 == 0 else format_duration_s(window_s)
@@ -144,7 +149,7 @@ class _Context:
         if v.allocated and v.is_protected(self.now_s):
             until = v.protected_until_s if v.protected_until_s is not None else self.now_s
             return _Verdict(4, until, self._candidate(
-                v, "protected", f"protected for {format_duration_s(until - self.now_s)} more (its minimum runtime)",
+                v, "protected", f"protected for {_remaining(until - self.now_s)} more (its minimum runtime)",
                 protected_until_ms=self.state.ms(until)))
         if not v.allocated:
             return self._refused_unallocated(v)
