@@ -186,9 +186,11 @@ class _Context:
         within = gpus <= room
         credit = credit_allows(view, self.tree, w.leaf, depth, gpus, w.min_runtime_s)
         if not within and not credit:
+            within_what = "already runs at least its due share" if room <= 0 else \
+                f"may take {room:.1f} GPUs within its due share"
             return _Verdict(3, gpus - room, self._candidate(
-                v, "beyond_due_share", f"{w.id} ({gpus} GPUs) is more than {a} may take within its due share "
-                                       f"({room:.1f} GPUs) and {a} has no window credit left",
+                v, "beyond_due_share", f"{a} {within_what} and has no window credit left, so {w.id} ({gpus} GPUs) "
+                                       f"may take nothing of {b}",
                 **numbers))
         if not above_due_share(view, bi, h):
             return _Verdict(3, 1.0 + h - fill_b, self._candidate(
