@@ -25,7 +25,8 @@ def test_caches_never_change_a_decision(scenario):
 def test_naming_the_spared_candidates_changes_no_decision(scenario):
     """The live placement's flag (BudgetPolicy(explain_rejected=True)) only adds to reasons: with
     the candidates stripped, its events are the simulator's; every refusal is explained by a rule
-    (never the fallback), the victims are never among the spared, and the list stays short."""
+    (never the fallback), the victims are never among the spared, the list stays short, and the
+    reference mode names the same candidates."""
     from unittest import mock
 
     import msgspec
@@ -35,8 +36,12 @@ def test_naming_the_spared_candidates_changes_no_decision(scenario):
     from timeshare.scheduler import BudgetPolicy
     from timeshare.sim import engine
 
-    with mock.patch.dict(engine.CHECKS, {"budget-explained": lambda: BudgetPolicy(explain_rejected=True)}):
+    with mock.patch.dict(engine.CHECKS, {
+            "budget-explained": lambda: BudgetPolicy(explain_rejected=True),
+            "reference-explained": lambda: BudgetPolicy(reference=True, explain_rejected=True)}):
         explained = simulate(scenario, "budget-explained")
+        # the candidates come from the state at the decision, not from a cache: the reference agrees
+        assert simulate(scenario, "reference-explained").encoded() == explained.encoded()
     plain = simulate(scenario, "budget")
     stripped = []
     for e in explained.events:
