@@ -241,6 +241,11 @@ def _cmd_trace(args) -> int:
             extra.append("NOT IN THE LOG (its leader was deposed)")
         lines.append(f"  {s['start_ms'] - t0:>9.1f} ms {s['end_ms'] - s['start_ms']:>8.2f} ms  {'  ' * depth(s)}{s['name']}"
                      + (f"  [{', '.join(extra)}]" if extra else ""))
+        for e in s.get("events", []):
+            if e.get("name") == "rejected":  # a candidate the preemption spared, and why
+                a = e.get("attributes", {})
+                lines.append(f"  {'':>27}{'  ' * depth(s)}  spared {a.get('timeshare.rejected.workload_id')} "
+                             f"({a.get('timeshare.rejected.reason')}): {a.get('timeshare.rejected.message')}")
     return _out(args, r, "\n".join(lines))
 
 

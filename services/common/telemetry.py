@@ -154,14 +154,14 @@ def extract_context(headers: dict | None):
     return propagate.extract(headers or {})
 
 
-def attributes_of(prefix: str, obj: Any) -> dict[str, Any]:
-    """A msgspec struct's fields as span attributes ``<prefix>.<field>`` (None left out: an
-    attribute may not be None)."""
+def attributes_of(prefix: str, obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A msgspec struct's fields as span attributes ``<prefix>.<field>`` (None and UNSET left
+    out: an attribute may not be None; fields in ``skip`` too)."""
     import msgspec
 
     out: dict[str, Any] = {}
     for k, v in msgspec.structs.asdict(obj).items():
-        if v is None:
+        if v is None or v is msgspec.UNSET or k in skip:
             continue
         out[f"{prefix}.{k}"] = v if isinstance(v, (str, bool, int, float)) else str(v)
     return out

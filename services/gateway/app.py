@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from timeshare import events as ev
 from timeshare.cluster import PlacementError
+from timeshare.explain import rejected_sentence
 from timeshare.tree import MAX_PATH_CHARS, MAX_SHARE, TreeError
 from timeshare.workload import ContractError, WorkloadSpec, check_contract
 
@@ -258,7 +259,10 @@ def create_app(gw) -> FastAPI:
             explanation["last_preemption"] = doc["last_reason"]
             message = doc["last_reason"].get("message")
             if message:
-                explanation["summary"] = f"{explanation.get('summary', '')} Last stopped: {message}".strip()
+                # the candidates it spared, from the same reason the decision span shows
+                spared = rejected_sentence(doc["last_reason"])
+                stopped = f"Last stopped: {message}" + (f". {spared}" if spared else "")
+                explanation["summary"] = f"{explanation.get('summary', '')} {stopped}".strip()
         spans = telemetry.span_store()  # its trace, when this process keeps traces
         if spans is not None:
             explanation["trace_id"] = spans.trace_of(cluster, workload_id)

@@ -221,7 +221,8 @@ class Placement:
         self.bus = bus
         self.own_bus = bus is None
         self.instance = uuid.uuid4().hex[:8]
-        self.policy = BudgetPolicy()
+        # each preemption's reason names the candidates it spared and why (on its span, in explain)
+        self.policy = BudgetPolicy(explain_rejected=True)
         self.tracer = setup_telemetry("placement", settings.otel)
         #: workload id -> the trace context its decisions' spans are children of (its
         #: ``workload.submitted`` span; rebuilt from the log's traceparent headers on replay)
@@ -808,7 +809,7 @@ class Placement:
                 if e.protected_until_ms is not None:
                     attrs["timeshare.protected_until_ms"] = e.protected_until_ms
             elif isinstance(e, ev.WorkloadPreempted):
-                attrs.update(telemetry.attributes_of("timeshare.preemption", e.reason))
+                attrs.update(telemetry.attributes_of("timeshare.preemption", e.reason, skip=("rejected",)))
                 attrs.update({"timeshare.resumable": e.resumable, "timeshare.progress_s": e.progress_s,
                               "timeshare.lost_gpu_s": e.lost_gpu_s})
             # a workload whose trace is unknown (submitted before a snapshot) hangs under the pass
@@ -817,6 +818,9 @@ class Placement:
                                           start_time=start_ns, attributes=attrs)
             if isinstance(e, ev.WorkloadPreempted):
                 span.add_event("preempted", {"timeshare.message": e.reason.message})
+                # the closest candidates it did not take, and why: the data explain's sentence is made of
+                for c in e.reason.rejected or ():
+                    span.add_event("rejected", telemetry.attributes_of("timeshare.rejected", c))
             self.open_spans.append(span)  # ended once the log holds the decision (_append)
             self.event_ctx[e.event_id] = trace.set_span_in_context(span)
 

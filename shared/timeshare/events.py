@@ -8,6 +8,7 @@ logs still decode; a breaking change bumps the subject version (``timeshare.v1``
 from __future__ import annotations
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from .workload import WorkloadSpec
 
@@ -24,6 +25,39 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=Fal
 class NodeGpus(msgspec.Struct, frozen=True, kw_only=True, array_like=False, gc=False):
     node: str
     gpu_ids: list[int]
+
+
+# omit_defaults: a decision carries a few of these, each with only the numbers of its own reason
+class RejectedCandidate(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """A running workload that a preemption's victim search considered and did not take, and
+    why (rejected.py): ``reason`` names the rule or the step of the search that spared it, the
+    numbers are the ones it compared (None: not part of that reason), ``message`` says it."""
+
+    workload_id: str
+    project: str
+    gpus: int
+    #: its node (a gang's first node)
+    node: str
+    #: ``protected``, ``non_preemptible``, ``same_leaf``, ``only_unallocated``, ``beyond_due_share``,
+    #: ``not_above_due_share``, ``used_less_of_window``, ``no_window_credit``, ``subtree_cap``,
+    #: ``not_richer``, ``reserved_node``, ``node_unavailable``, ``node_short``, ``subtree_cap_on_node``,
+    #: ``gang_node_held``, ``cheaper_on_node``, ``ranked_lower``, ``not_eligible``
+    reason: str
+    #: its side where its path and the preemptor's part, and that side's fill and usage ratio
+    subtree: str | None = None
+    fill: float | None = None
+    ratio: float | None = None
+    due_gpus: float | None = None
+    #: the preemptor's side: fill with the request, usage ratio
+    preemptor_fill: float | None = None
+    preemptor_ratio: float | None = None
+    #: the most GPUs its subtree could lose to this request
+    may_lose_gpus: int | None = None
+    protected_until_ms: int | None = None
+    #: progress preempting it would have lost, and what the chosen victims lost
+    lost_gpu_s: int | None = None
+    chosen_lost_gpu_s: int | None = None
+    message: str = ""
 
 
 class PreemptionReason(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -56,6 +90,12 @@ class PreemptionReason(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     #: the victim's protection ended here (ms; None: it had none)
     victim_protected_until_ms: int | None = None
     message: str = ""
+    #: the running workloads the decision considered and did not take: how many, and the
+    #: closest calls with why (at most rejected.SHOWN). Only a policy asked for them fills them
+    #: (the live placement); UNSET leaves them out of the encoded event, so the simulator's
+    #: events stay as they were
+    considered: int | UnsetType = UNSET
+    rejected: tuple[RejectedCandidate, ...] | UnsetType = UNSET
 
 
 class WorkloadSubmitted(_Event, frozen=True, kw_only=True, tag="workload.submitted"):

@@ -14,6 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
+
+from . import events as ev
 from .durations import format_duration_s
 from .fairshare import FairShareView
 from .rules import room_by_depth
@@ -83,6 +86,28 @@ def _earliest_room_s(state: SchedulerState, w: Workload, now_s: Seconds) -> tupl
     return at, blocker
 
 
+#: rejected candidates the sentence names (the reason keeps a few more: rejected.SHOWN)
+SENTENCE_NAMES = 3
+
+
+def rejected_sentence(reason: Any) -> str:
+    """One sentence of a preemption's reason (a ``PreemptionReason`` or the JSON of one): how many
+    other running workloads the decision considered and spared, and why the closest were spared,
+    from the reason's ``rejected`` candidates ("" when it has none: the simulator's, or a
+    decision of an older placement)."""
+    if isinstance(reason, dict):
+        reason = msgspec.convert(reason, ev.PreemptionReason)
+    considered = reason.considered
+    if considered is msgspec.UNSET:
+        return ""
+    if not considered:
+        return "No other running workload could have gone instead."
+    closest = "; ".join(f"{c.workload_id} ({c.project}, {c.gpus} GPUs on {c.node}): {c.message}"
+                        for c in reason.rejected[:SENTENCE_NAMES])
+    others = "other running workload was" if considered == 1 else "other running workloads were"
+    return f"{considered} {others} considered and spared; the closest: {closest}."
+
+
 def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemption: Any = None) -> dict[str, Any]:
     """Why ``workload_id`` waits, runs or was preempted: ``{"state", "summary", ...numbers}``.
 
@@ -98,7 +123,8 @@ def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemp
     lines: list[str] = []
     if last_preemption is not None:
         out["last_preemption"] = last_preemption
-        lines.append(f"Last preempted: {getattr(last_preemption, 'message', '')}")
+        spared = rejected_sentence(last_preemption)
+        lines.append(f"Last preempted: {getattr(last_preemption, 'message', '')}" + (f". {spared}" if spared else ""))
     if w.state == PENDING:
         order = queue_order(state, w.gpu_type, now_s)
         position = next(i for i, (_, x) in enumerate(order) if x.id == w.id) + 1

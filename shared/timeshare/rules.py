@@ -82,6 +82,25 @@ def room_by_depth(view: FairShareView, tree: AllocationTree, leaf: str, fair: bo
     return rooms
 
 
+def above_due_share(view: FairShareView, bi: int, hysteresis: float) -> bool:
+    """Whether subtree ``bi`` runs above its due share by more than the hysteresis: the first
+    condition of both fair-share victim rules (a subtree just above its due share is left alone)."""
+    return view.fill_at(bi) > 1.0 + hysteresis
+
+
+def used_less_of_window(view: FairShareView, ai: int, bi: int, hysteresis: float) -> bool:
+    """Whether subtree ``bi`` used less of its window share than its sibling ``ai``, by the
+    hysteresis: then the due-share rule takes nothing of b for a's sake."""
+    return view.ratio_at(bi) + hysteresis < view.ratio_at(ai)
+
+
+def used_more_of_window_than_with(view: FairShareView, ai: int, bi: int, gpus: int, min_runtime_s: int,
+                                  hysteresis: float) -> bool:
+    """Whether subtree ``bi`` used more of its window share than ``ai`` will have with a request of
+    ``gpus`` GPUs over ``min_runtime_s``, by more than the hysteresis (the window-credit order)."""
+    return view.ratio_at(bi) > view.ratio_with_at(ai, gpus, min_runtime_s) + hysteresis
+
+
 def victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, hysteresis: float) -> tuple[int, int]:
     """Which allocated work past its minimum runtime of sibling subtree ``bi`` a request of
     ``gpus`` GPUs from subtree ``ai`` may preempt, as (the most GPUs b may lose in all, the
@@ -94,10 +113,9 @@ def victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, hysteresis
     than b's whole due share may go whatever b keeps: it could never take GPUs back (no request
     larger than a due share counts as within it), so the cap would only starve a request within
     its due share where gangs are large for the shares (three teams of 5 GPUs on 8-GPU nodes)."""
-    fill_b = view.fill_at(bi)
-    if not fill_b > 1.0 + hysteresis:
+    if not above_due_share(view, bi, hysteresis):
         return NONE, NONE
-    if view.ratio_at(bi) + hysteresis < view.ratio_at(ai):
+    if used_less_of_window(view, ai, bi, hysteresis):
         return NONE, NONE  # b has used less of its window share: it is not taken from for a's sake
     fill_a = view.fill_at(ai, gpus)
     floor_fill = fill_a if fill_a > 1.0 else min(fill_a, 1.0)
@@ -131,9 +149,9 @@ def credit_victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, min
     than a will have with the request, by more than the hysteresis (the order Ai2 ranks by); else
     :data:`NONE`. b cannot take the GPUs back while a's window ratio stays the lower
     (:func:`victim_cap_gpus` refuses it), so no ping-pong follows."""
-    if not view.fill_at(bi) > 1.0 + hysteresis:
+    if not above_due_share(view, bi, hysteresis):
         return NONE, NONE
-    if not view.ratio_at(bi) > view.ratio_with_at(ai, gpus, min_runtime_s) + hysteresis:
+    if not used_more_of_window_than_with(view, ai, bi, gpus, min_runtime_s, hysteresis):
         return NONE, NONE
     return view.running_at(bi), NONE
 

@@ -38,6 +38,7 @@ from .durations import format_duration_s
 from .fairshare import FairShareView
 from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
+from .rejected import rejected_candidates, with_rejected
 from .reservation import Reservation, plan_reservation
 from .rules import (NONE, RULE_CREDIT, RULE_DUE_SHARE, RULE_UNALLOCATED, credit_allows, credit_victim_cap_gpus,
                     room_by_depth, runs_allocated, victim_cap_gpus, victim_cost)
@@ -61,12 +62,17 @@ class BudgetPolicy:
     """The budget policy. ``reference=True`` runs the same rules with every cache off: no memo of
     failed searches, no walk limits, no reservation times kept between passes, no early outs.
     It decides exactly as the cached policy does (a property test compares their event streams)
-    and exists to prove that: every cache only skips work the rules would refuse anyway."""
+    and exists to prove that: every cache only skips work the rules would refuse anyway.
+
+    ``explain_rejected=True`` (the live placement) adds to each preemption's reason the running
+    workloads the decision considered and did not take, and why (rejected.py): the same
+    decisions, only their reasons say more; the simulator leaves it off."""
 
     name = "budget"
 
-    def __init__(self, reference: bool = False):
+    def __init__(self, reference: bool = False, explain_rejected: bool = False):
         self.reference = reference
+        self.explain_rejected = explain_rejected
 
     def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
         out = state.expire_protection(now_s)
@@ -82,7 +88,7 @@ class BudgetPolicy:
             for _ in range(_MAX_PASSES_PER_INSTANT):
                 if not state.pending_by_pool[gpu_type]:
                     break
-                made = _schedule_pool(state, pool, now_s, cached)
+                made = _schedule_pool(state, pool, now_s, cached, self.explain_rejected)
                 out += made
                 if not any(isinstance(e, ev.WorkloadPreempted) for e in made):
                     break
@@ -169,15 +175,17 @@ class _Pass:
     """One pass over one pool: what every phase reads, and the rules' helpers bound to it."""
 
     __slots__ = ("state", "pool", "now_s", "cached", "queues", "view", "out", "statement", "fair", "hysteresis",
-                 "reservation", "active", "headroom_gpus")
+                 "reservation", "active", "headroom_gpus", "explain_rejected")
 
     def __init__(self, state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool,
-                 queues: dict[tuple[str, str, str], LeafQueue]):
+                 queues: dict[tuple[str, str, str], LeafQueue], explain_rejected: bool = False):
         self.state = state
         self.pool = pool
         self.now_s = now_s
         self.cached = cached
         self.queues = queues
+        #: whether each preemption's reason lists the candidates it did not take (rejected.py)
+        self.explain_rejected = explain_rejected
         config = state.config
         self.view = FairShareView(state.tree, state.ledger, pool.gpu_type, pool.total_gpus, now_s, config.catch_up)
         self.out: list[ev.Event] = []
@@ -205,15 +213,30 @@ class _Pass:
         for i in self.state.tree.path_index[leaf]:
             self.active[i] += delta
 
+    def rejected(self, w: Workload, victims: list[Workload], nodes: list[Node],
+                 victims_of: dict[str, tuple[str, str, int, int, int]], exclude: frozenset[int],
+                 unallocated_from: dict[str, tuple[str, str]] | None = None, free_limit: int = -1,
+                 ) -> tuple[int, tuple[ev.RejectedCandidate, ...]] | None:
+        """The candidates a preemption for ``w`` did not take and why, when asked for (None: not
+        asked); from the state as the search saw it, so before the decision is applied."""
+        if not self.explain_rejected:
+            return None
+        rules = _VictimRules(self.state, self.view, w.leaf, victims_of, unallocated_from, self.now_s)
+        reservation = self.reservation
+        return rejected_candidates(self.state, self.pool, w, victims, nodes, rules, exclude,
+                                   reservation.workload_id if reservation is not None and exclude else None,
+                                   self.hysteresis, self.fair, free_limit)
 
-def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool = True) -> list[ev.Event]:
+
+def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool = True,
+                   explain_rejected: bool = False) -> list[ev.Event]:
     """One pass over one pool, in numbered phases (1 and 2 run for the whole cluster first, in
     BudgetPolicy.schedule)."""
     found = _requests(state, pool)
     if found is None:
         return []
     queues, any_allocated = found
-    p = _Pass(state, pool, now_s, cached, queues)
+    p = _Pass(state, pool, now_s, cached, queues, explain_rejected)
     # over all pending work: the most deserving gang's nodes (reservation.py); only allocated
     # requests consult it
     p.reservation = plan_reservation(state, pool, p.view, now_s, p.victims_for, cached=cached) \
@@ -355,8 +378,9 @@ def _phase3_within_due_shares(p: _Pass) -> None:
         # each with what its subtree lost to the victims before it in this plan
         lost_before: dict[str, int] = {}
         reasons = []
+        spared = p.rejected(w, victims, nodes, victims_of, exclude)
         for v in victims:
-            reasons.append(_reason(v, w, victims_of, view, config, lost_before))
+            reasons.append(with_rejected(_reason(v, w, victims_of, view, config, lost_before), spared))
         for v, reason in zip(victims, reasons):
             statement.preempt(v, reason)
         statement.start(w, nodes)
@@ -499,6 +523,7 @@ def _phase4_everything_else(p: _Pass) -> None:
             failed[failed_key].size = gpus
             continue
         nodes, victims, _ = plan
+        spared = p.rejected(w, victims, nodes, {}, exclude, richer, free_limit)
         for v in victims:
             a, b = richer[v.leaf]
             reason = ev.PreemptionReason(
@@ -508,7 +533,7 @@ def _phase4_everything_else(p: _Pass) -> None:
                 message=(f"{v.id} ran on unallocated time ({b} ran {total(b):.0%} of its due share in all); "
                      + (f"{w.id} ({w.leaf}) asked for allocated time" if allocated else
                         f"{a} would run {total(a, gpus):.0%} of its due share with {w.id}")))
-            statement.preempt(v, reason)
+            statement.preempt(v, with_rejected(reason, spared))
         statement.start(w, nodes)
         leaf = None
 
@@ -616,8 +641,11 @@ class _VictimRules:
             unallocated_from = self.unallocated_from
             return unallocated_from is None or v.leaf in unallocated_from
         eligible = self.victims_of.get(v.leaf)
+        # (non-preemptible work, which only the baseline starts, never goes: its GPUs are
+        # blocked like protected ones, and reservation.py counts it as staying)
         return eligible is not None and (v.gpus <= eligible[2] or 0 < eligible[3] <= v.gpus
-                                         or v.gpus <= eligible[4]) and not v.is_protected(self.now_s)
+                                         or v.gpus <= eligible[4]) and not v.is_protected(self.now_s) \
+            and not v.non_preemptible
 
     def cap(self, v: Workload) -> tuple[str, int] | None:
         """The subtree an allocated victim belongs to and the most GPUs it may lose in all (None:

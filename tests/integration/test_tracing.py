@@ -3,10 +3,12 @@ that `explain` prints and the log's event carries (TIMESHARE_OTEL=memory)."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from services.common import subjects
 from timeshare import events as ev
+from timeshare.explain import rejected_sentence
 
 from .helpers import client, of_type, wait_events, wait_for
 from .test_cli import timeshare
@@ -102,6 +104,8 @@ async def test_victims_trace_holds_the_preemption_span_with_the_numbers_explain_
         # every number explain shows of the preemption is on the decision span, equal
         compared = 0
         for field, value in reason.items():
+            if field == "rejected":
+                continue  # span events, below
             if value is None:
                 assert f"timeshare.preemption.{field}" not in attrs
                 continue
@@ -115,6 +119,23 @@ async def test_victims_trace_holds_the_preemption_span_with_the_numbers_explain_
         # ... and they are the log's: the event as placement appended it
         assert attrs["timeshare.preemption.victim_ratio"] == preempted.reason.victim_ratio
         assert attrs["timeshare.preemption.hysteresis"] == preempted.reason.hysteresis
+        # the candidates it spared and why: the decision span's `rejected` events are explain's,
+        # field by field, and the log's; explain's sentence is made of them. The other hog was
+        # the one other running workload: still protected (when it started a pass later than the
+        # victim) or free to go, but the victim's node ranked first
+        rejected = reason["rejected"]
+        spared = [{k.removeprefix("timeshare.rejected."): v for k, v in e["attributes"].items()}
+                  for e in decision["events"] if e["name"] == "rejected"]
+        assert spared == rejected == list(msgspec.to_builtins(preempted.reason.rejected))
+        assert reason["considered"] == attrs["timeshare.preemption.considered"] == 1
+        other = "hog-1" if victim == "hog-0" else "hog-0"
+        assert [c["workload_id"] for c in rejected] == [other]
+        assert rejected[0]["reason"] in ("protected", "ranked_lower")
+        assert rejected[0]["message"]
+        sentence = rejected_sentence(reason)
+        assert sentence.startswith("1 other running workload was considered and spared; the closest: "
+                                   f"{other} (alpha/train, 4 GPUs on ")
+        assert rejected[0]["message"] in sentence and sentence in explanation["summary"]
         # the log message of the preemption carries the victim's trace (W3C traceparent)
         logged = await _log_headers(bus, cluster)
         headers = next(h for e, h in logged if isinstance(e, ev.WorkloadPreempted))
@@ -145,12 +166,14 @@ async def test_victims_trace_holds_the_preemption_span_with_the_numbers_explain_
         assert explanation["trace_id"] == trace["trace_id"]
         r = await timeshare(stack, "tok-alice", "explain", victim)
         assert r.returncode == 0 and f"trace {trace['trace_id']}" in r.stdout, r.stdout + r.stderr
+        assert sentence in r.stdout
         r = await timeshare(stack, "tok-alice", "trace", victim)
         assert r.returncode == 0, r.stderr
         line = next(x for x in r.stdout.splitlines() if "placement.pass workload.preempted" in x
                     and "NOT IN THE LOG" not in x)
         assert f"victim_ratio={reason['victim_ratio']}" in line and f"hysteresis={reason['hysteresis']}" in line
         assert "rule=due_share" in line and "by_workload_id=newcomer" in line
+        assert f"spared {other} ({rejected[0]['reason']}): {rejected[0]['message']}" in r.stdout
         assert r.stdout.splitlines()[1].split()[-1] == "/v1/workloads"  # the HTTP request first
     finally:
         await stack.stop()
