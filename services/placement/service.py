@@ -263,6 +263,8 @@ class Placement:
         self.terms = 0
         self.terms_lost = 0
         self.replayed = 0
+        #: how long the last rebuild took (load the snapshot, replay the log after it), seconds
+        self.rebuild_s = 0.0
         #: log sequence of the snapshot the last rebuild started from (0: none, the whole log)
         self.loaded_snapshot_seq = 0
         self.snapshot_seq = 0
@@ -541,8 +543,9 @@ class Placement:
         self.last_log_seq = await self.bus.replay(subjects.LOG_STREAM, subjects.log_filter(self.cluster), on_msg,
                                                   start_seq=start)
         self.replayed = n
+        self.rebuild_s = time.perf_counter() - t0
         log.info("rebuilt %s from %s%d events in %.3fs", self.cluster,
-                 f"the snapshot at log seq {start - 1} + " if snap is not None else "", n, time.perf_counter() - t0)
+                 f"the snapshot at log seq {start - 1} + " if snap is not None else "", n, self.rebuild_s)
 
     # -- snapshots --------------------------------------------------------------------------
     # A pickle of the core's SchedulerState (with the applied ids and the log sequence it
