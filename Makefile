@@ -3,7 +3,7 @@ PY ?= .venv/bin/python
 PIP ?= .venv/bin/pip
 PYTHON ?= python3
 
-.PHONY: setup run simulate test test-fast bench compiled bench-live bench-report bench-ledger-report chaos schemas screenshots clean
+.PHONY: setup run simulate test test-fast bench compiled bench-live bench-report bench-ledger-report bench-failover chaos schemas screenshots clean
 
 # also builds the compiled core (mypyc) that `timeshare simulate` uses when it exists; without a
 # C compiler it says so and everything runs in pure Python
@@ -55,6 +55,11 @@ bench-report: setup
 # the ledger's report over a simulated month: hourly rows against the whole journal (prints)
 bench-ledger-report: setup
 	$(PY) benchmarks/bench_ledger_report.py
+
+# placement failover at 10k and 100k events: full replay, snapshot + the rest, with ended work
+# kept or forgotten after 1 h / 10 min (a real nats-server; prints)
+bench-failover: setup
+	$(PY) benchmarks/bench_failover.py
 
 # the dashboard's browser test (Debian's chromium) against a live stack, keeping its screenshots
 # in docs/screenshots/ (the README shows them)

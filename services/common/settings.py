@@ -65,6 +65,13 @@ class Settings:
     #: placement snapshots its state every this many appended events (0 = never); a new
     #: leader loads the snapshot and replays only the log after it
     snapshot_every: int = 10000
+    #: placement forgets a workload this many seconds of cluster (event) time after it ended
+    #: for good, each time it snapshots (0 = never). Without it the state and every snapshot
+    #: grow with history (13.6 MB at 100k events) and a new leader's start-up with them. An
+    #: hour: long enough that a late executor report or cancel still meets the workload and
+    #: is refused with its real reason ("stale report", "already ended") rather than "unknown",
+    #: far beyond JetStream's dedup window (120 s); what ended stays in the gateway's store
+    forget_ended_after_s: float = 3600.0
     #: a service run on its own (python -m services.<name>) also serves GET /healthz over HTTP
     #: on this port of http_host (0 = off; the gateway's own /healthz is on its HTTP port)
     health_port: int = 0

@@ -98,6 +98,13 @@ class Unavailable(Exception):
     pass
 
 
+def ended_explanation(doc: dict) -> dict:
+    """What the core's explanation says of ended work (its state, "Completed."), from this
+    store's document: placement no longer holds work that ended long ago."""
+    return {"workload_id": doc["id"], "state": doc["state"], "project": doc["project"], "gpu_type": doc["gpu_type"],
+            "gpus": doc["gpus"], "summary": f"{doc['state'].capitalize()}.", "ended_ms": doc["ended_ms"]}
+
+
 def create_app(gw) -> FastAPI:
     """``gw`` is the Gateway service (settings, config, bus, store, projection, tokens, clock)."""
     # /docs and /redoc with Swagger UI and ReDoc served from fastapi-offline's files, not a CDN
@@ -253,7 +260,14 @@ def create_app(gw) -> FastAPI:
         the order the scheduler takes work, its team's ordering key at every level of the tree,
         what it waits for (the protection that ends first), and its latest preemption's reason."""
         doc = await visible_workload(workload_id, who)
-        out = await ask(subjects.query_subject(cluster, "explain"), {"id": workload_id})
+        try:
+            out = await ask(subjects.query_subject(cluster, "explain"), {"id": workload_id})
+        except HTTPException as exc:
+            # placement forgets work an hour after it ended (TIMESHARE_FORGET_ENDED_AFTER_S);
+            # this store is the durable record of every workload and answers for it
+            if exc.status_code != 404 or doc.get("ended_ms") is None:
+                raise
+            out = {"explanation": ended_explanation(doc)}
         explanation = out.get("explanation", {}) if isinstance(out, dict) else {}
         if doc.get("last_reason"):
             explanation["last_preemption"] = doc["last_reason"]

@@ -110,6 +110,10 @@ async def read_snapshot(bus, cluster: str, use: bool = True) -> dict | None:
     return snap
 
 
+#: why an id may be unknown to placement although it was submitted once (forget_ended)
+FORGOTTEN_HINT = " (never submitted, or ended more than TIMESHARE_FORGET_ENDED_AFTER_S ago and forgotten)"
+
+
 class Rejected(Exception):
     pass
 
@@ -156,8 +160,11 @@ def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
             # only what applying needs (the contract was checked when it was accepted, maybe
             # under another cap: a changed cluster file must not make the log untrusted)
             spec = e.workload
-            if spec.id in state.workloads:
-                return f"workload {spec.id!r} already exists"
+            held = state.workloads.get(spec.id)
+            # an id of work that has ended may come again: the leader that appended it had
+            # forgotten the first (forget_ended), this replay has not (a snapshot from before)
+            if held is not None and held.ended_s is None:
+                return f"workload {spec.id!r} already exists and has not ended"
             if spec.gpu_type not in state.cluster.pools:
                 return f"no pool of GPU type {spec.gpu_type!r}"
             if spec.project not in state.tree.nodes or not state.tree.nodes[spec.project].is_leaf:
@@ -248,6 +255,8 @@ class Placement:
         self.terms = 0
         self.terms_lost = 0
         self.replayed = 0
+        #: how long the last rebuild took (load the snapshot, replay the log after it), seconds
+        self.rebuild_s = 0.0
         #: log sequence of the snapshot the last rebuild started from (0: none, the whole log)
         self.loaded_snapshot_seq = 0
         self.snapshot_seq = 0
@@ -526,8 +535,9 @@ class Placement:
         self.last_log_seq = await self.bus.replay(subjects.LOG_STREAM, subjects.log_filter(self.cluster), on_msg,
                                                   start_seq=start)
         self.replayed = n
+        self.rebuild_s = time.perf_counter() - t0
         log.info("rebuilt %s from %s%d events in %.3fs", self.cluster,
-                 f"the snapshot at log seq {start - 1} + " if snap is not None else "", n, time.perf_counter() - t0)
+                 f"the snapshot at log seq {start - 1} + " if snap is not None else "", n, self.rebuild_s)
 
     # -- snapshots --------------------------------------------------------------------------
     # A pickle of the core's SchedulerState (with the applied ids and the log sequence it
@@ -547,6 +557,7 @@ class Placement:
         if every <= 0 or (self.since_snapshot < every and not force) or (
                 self.snapshot_task and not self.snapshot_task.done()):
             return
+        self._forget_ended()
         # taken here, between batches, where the state is the log up to last_log_seq: a forked
         # child pickles it as it is now while this process goes on (forked_pickle.py)
         job = start_pickle({"code": CODE_VERSION, "cluster": self.cluster, "log_seq": self.last_log_seq,
@@ -554,6 +565,29 @@ class Placement:
         self.stats["snapshot_pause_ms"] = round(job.paused_s * 1000, 1)
         self.since_snapshot = 0
         self.snapshot_task = asyncio.create_task(self._put_snapshot(job, self.last_log_seq))
+
+    def _forget_ended(self) -> None:
+        """Drop work that ended more than ``forget_ended_after_s`` of cluster time ago, so the
+        snapshot (and a new leader's start-up) stays the size of the live work, not of history.
+
+        Run before each snapshot, between batches. The retention is counted in event time (the
+        state's last event, the log's time, as every duration of the core), not the wall clock. A
+        forgotten id is no longer known here: an executor report or a cancel about it is
+        refused as "unknown workload", and a submission reusing it would be accepted. That is
+        guarded upstream: the gateway refuses an id its store holds (409, the durable record of
+        every workload) and JetStream drops a repeated ``sub.<id>`` within its dedup window."""
+        after_s = self.settings.forget_ended_after_s
+        if after_s <= 0:
+            return
+        forgotten = self.state.forget_ended(ms_to_s(self.state.last_event_ms) - after_s)
+        for wid in forgotten:  # normally gone at the end already (_remember); never kept after it
+            self.trace_ctx.pop(wid, None)
+            for i in self.ids_of.pop(wid, ()):
+                self.applied_ids.discard(i)
+        if forgotten:
+            self.stats["forgotten"] = self.stats.get("forgotten", 0) + len(forgotten)
+            log.info("placement %s forgot %d workloads that ended before %s s", self.instance, len(forgotten),
+                     ms_to_s(self.state.last_event_ms) - after_s)
 
     async def _put_snapshot(self, job: PickleJob, log_seq: int) -> None:
         try:
@@ -877,7 +911,7 @@ class Placement:
             case ev.WorkloadCompleted() | ev.WorkloadFailed():
                 w = state.workloads.get(e.workload_id)
                 if w is None:
-                    raise Rejected(f"unknown workload {e.workload_id!r}")
+                    raise Rejected(f"unknown workload {e.workload_id!r}{FORGOTTEN_HINT}")
                 attempt = e.attempt if e.attempt is not None else attempt_of(e.event_id)  # older ids say it
                 if w.state != RUNNING or (attempt is not None and attempt != w.attempt):
                     raise Rejected(f"stale report for {e.workload_id}: it is {w.state} in attempt {w.attempt}, "
@@ -886,7 +920,7 @@ class Placement:
             case ev.WorkloadCancelled():
                 w = state.workloads.get(e.workload_id)
                 if w is None:
-                    raise Rejected(f"unknown workload {e.workload_id!r}")
+                    raise Rejected(f"unknown workload {e.workload_id!r}{FORGOTTEN_HINT}")
                 if w.state in ENDED:
                     raise Rejected(f"{e.workload_id} already ended ({w.state})")
                 return [e]

@@ -75,10 +75,15 @@ def workload_view(state: SchedulerState, workload_id: str) -> dict | None:
 
 
 def digest(state: SchedulerState) -> str:
-    """A fingerprint of everything that steers decisions (equal states give equal digests)."""
+    """A fingerprint of everything that steers decisions (equal states give equal digests).
+
+    Work that ended for good steers nothing and is left out: a leader that forgot it
+    (``forget_ended``) and one that replayed the whole log hold the same live state."""
     h = hashlib.sha256()
     for wid in sorted(state.workloads):
         w = state.workloads[wid]
+        if w.ended_s is not None:
+            continue
         h.update(msgspec.json.encode([wid, w.state, w.attempt, w.progress_s, w.allocated, w.protected_until_s,
                                       [(n.name, ids) for n, ids in w.placement], w.preemptions]))
     for name in sorted(state.cluster.nodes_by_name):

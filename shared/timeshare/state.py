@@ -40,7 +40,7 @@ class Workload:
         "spec", "id", "leaf", "gpu_type", "gpus", "key", "state", "progress_s", "run_start_s",
         "allocated", "protected_until_s", "placement", "first_start_s", "queued_since_s",
         "attempt", "preemptions", "resubmit_of", "submit_s", "non_preemptible", "min_runtime_s",
-        "queue_class", "work_s", "resumable", "checkpoint_interval_s",
+        "queue_class", "work_s", "resumable", "checkpoint_interval_s", "ended_s",
     )
 
     def __init__(self, spec: WorkloadSpec, submit_s: Seconds, resubmit_of: str | None):
@@ -70,6 +70,9 @@ class Workload:
         self.work_s = spec.work_s
         self.resumable = spec.resumable
         self.checkpoint_interval_s = spec.checkpoint_interval_s
+        #: when it ended for good (completed, failed, cancelled, preempted and not requeued);
+        #: None while it may still run (see SchedulerState.forget_ended)
+        self.ended_s: Seconds | None = None
 
     def remaining_s(self) -> int:
         return self.work_s - self.progress_s
@@ -146,6 +149,39 @@ class SchedulerState:
         self.cluster.pool(spec.gpu_type).check_request(spec.gpus)
         if spec.id in self.workloads:
             raise ValueError(f"id: workload {spec.id!r} already exists")
+
+    # -- forgetting ---------------------------------------------------------------------
+    def forget_ended(self, before_s: Seconds) -> list[str]:
+        """Drop the workloads that ended for good before ``before_s``; returns their ids, sorted.
+
+        Ended for good: completed, failed, cancelled, or preempted and not requeued (not
+        resumable). No decision reads such a workload: a pass looks at the queues (pending
+        work), ``running`` and the nodes' holders; a min-runtime timer of one is skipped by
+        ``expire_protection``; usage lives in the ledger's window, not here. So a state that
+        forgets decides exactly as one that keeps them (tests/unit/test_forget.py runs the
+        same scenarios both ways), and keeping them only made the state, and every snapshot of
+        it, grow with history.
+
+        What changes is which ids ``validate_submission`` calls taken: a forgotten id is free
+        again here. Ids are unique for ever at the gateway (its durable store answers 409) and
+        within JetStream's dedup window; see services/README.md, "Bounded state".
+
+        Left as they are, on purpose: the protection heap's entries of ended workloads (one
+        per protected start, each gone once its minimum runtime has passed, so bounded by
+        the starts of one ``max_min_runtime_s``; dropping them early would move
+        ``next_protection_expiry_s``, i.e. when the services wake up for a pass)."""
+        gone = sorted(wid for wid, w in self.workloads.items() if w.ended_s is not None and w.ended_s < before_s)
+        if not gone:
+            return gone
+        for wid in gone:
+            del self.workloads[wid]
+        # a workload submitted and ended between two passes is still listed as fresh; a quick
+        # pass skips what is not pending, but would look it up first. In place: a pass in
+        # progress holds the list and clears it when it is done.
+        for fresh in self.fresh_pending.values():
+            if fresh:
+                fresh[:] = [wid for wid in fresh if wid in self.workloads]
+        return gone
 
     # -- decisions that come from outside the scheduler -----------------------------------
     def submitted(self, spec: WorkloadSpec, now_s: Seconds, resubmit_of: str | None = None) -> ev.WorkloadSubmitted:
@@ -253,6 +289,9 @@ class SchedulerState:
             case ev.WorkloadSubmitted():
                 spec = e.workload
                 w = Workload(spec, now_s, e.resubmit_of)
+                # an id that exists here only as ended work (a writer that had forgotten it
+                # accepted it again; see forget_ended) starts afresh: the ended one is in no
+                # queue, node or pool, so replacing it is forgetting it
                 self.workloads[w.id] = w
                 self._enqueue(w)
             case ev.WorkloadStarted():
@@ -270,16 +309,20 @@ class SchedulerState:
                 w.progress_s = e.progress_s
                 w.preemptions += 1
                 w.state = PREEMPTED  # becomes pending again on workload.requeued
+                if not e.resumable:
+                    w.ended_s = now_s  # no workload.requeued follows: ended for good
             case ev.WorkloadRequeued():
                 w = self.workloads[e.workload_id]
                 w.progress_s = e.progress_s
                 w.queued_since_s = now_s
+                w.ended_s = None
                 self._enqueue(w)
             case ev.WorkloadCompleted():
                 w = self.workloads[e.workload_id]
                 self._stop(w, now_s)
                 w.progress_s = w.spec.work_s
                 w.state = COMPLETED
+                w.ended_s = now_s
             case ev.WorkloadFailed():
                 w = self.workloads[e.workload_id]
                 self._end(w, now_s, FAILED)
@@ -404,6 +447,7 @@ class SchedulerState:
         elif w.state == PENDING:
             self._dequeue(w)
         w.state = state
+        w.ended_s = now_s
 
     # -- node drains ----------------------------------------------------------------------
     def cordoned_nodes(self) -> list[Node]:
