@@ -336,6 +336,18 @@ def create_app(gw) -> FastAPI:
         return await ask(subjects.query_subject(cluster, "ledger.report"), {"from_s": from_s, "to_s": to_s},
                          timeout=30)
 
+    @app.get(f"/{API_VERSION}/report/series", tags=["budgets"])
+    async def report_series(who: Auth, node: Annotated[str, Query(max_length=limits.MAX_LABEL_CHARS)] = "",
+                            from_s: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+                            to_s: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+                            bucket_h: Annotated[int | None, Query(ge=1)] = None) -> dict:
+        """GPU-hours owed and delivered (funded work) of tree node ``node`` ("" = every team) per
+        hour, or per ``bucket_h`` hours, over [from_s, to_s): the report's numbers over time
+        (its buckets add up to ``/v1/report`` over the same range). 404 for an unknown node,
+        400 for a range the report refuses or more than 500 points."""
+        return await ask(subjects.query_subject(cluster, "ledger.series"),
+                         {"node": node, "from_s": from_s, "to_s": to_s, "bucket_h": bucket_h}, timeout=30)
+
     @app.get(f"/{API_VERSION}/nodes", tags=["nodes"])
     async def nodes(who: Auth) -> dict:
         out = await ask(subjects.query_subject(cluster, "nodes"))
