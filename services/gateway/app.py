@@ -150,8 +150,11 @@ def create_app(gw) -> FastAPI:
         return doc
 
     async def ask(subject: str, body: dict | None = None, timeout: float = 5.0) -> Any:
+        headers: dict = {}
+        telemetry.inject_context(headers)  # the service's handler span joins this request's trace
         try:
-            msg = await gw.bus.nc.request(subject, msgspec.json.encode(body or {}), timeout=timeout)
+            msg = await gw.bus.nc.request(subject, msgspec.json.encode(body or {}), timeout=timeout,
+                                          headers=headers or None)
         except Exception:
             raise Unavailable(f"no answer from {subject.split('.')[-1]} service ({subject}); is it running?") from None
         out = msgspec.json.decode(msg.data)
