@@ -192,7 +192,7 @@ const bucketText = (s) => s === 3600 ? "hour" : s === 86400 ? "day" : s % 86400 
 function seriesChart(series, colour) {
   const b = series.buckets;
   if (!b.length) return el("p", { class: "muted", id: "series" }, "No hours with data in this range yet.");
-  const W = 860, H = 260, L = 58, R = 14, T = 12, B = 42;
+  const W = 860, H = 260, L = 74, R = 14, T = 12, B = 42;
   const top = Math.max(1e-6, ...b.map((x) => Math.max(x.delivered_gpu_hours, x.owed_gpu_hours, x.entitled_gpu_hours)));
   // a round axis maximum: 1, 2 or 5 times a power of ten
   const p10 = 10 ** Math.floor(Math.log10(top));
@@ -201,10 +201,11 @@ function seriesChart(series, colour) {
   const x = (i) => L + i * slot + (slot - barW) / 2;
   const y = (v) => T + (H - T - B) * (1 - v / yMax);
   const parts = [];
-  // enough decimals to tell the ticks apart (minutes into a demo: hundredths of a GPU-hour)
-  const decimals = Math.min(4, Math.max(0, 1 - Math.floor(Math.log10(yMax / 4))));
-  for (let k = 0; k <= 4; k++) {  // horizontal grid and y ticks
-    const v = (yMax * k) / 4;
+  // five steps of 0.2, 0.4 or 1 x a power of ten, with the decimals a step needs (minutes
+  // into a demo: thousandths of a GPU-hour)
+  const decimals = Math.min(6, Math.max(0, -Math.floor(Math.log10(yMax / 5) + 1e-9)));
+  for (let k = 0; k <= 5; k++) {  // horizontal grid and y ticks
+    const v = (yMax * k) / 5;
     parts.push(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }),
       svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", class: "tick" }, k ? num(v, decimals) : "0"));
   }
