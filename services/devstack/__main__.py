@@ -123,7 +123,7 @@ def paced_gaps_s(workloads, total_gpus: int, speed: float, load: float) -> list[
 
     A fixed rate ignores what the workloads ask: the demo's 2 submissions/s with durations / 60
     offered 5.8x the cluster, the queue grew by ~30 workloads a minute for ever and unallocated
-    work was preempted by every arrival (docs/2026-12-01-dashboard.md, 2026-12-02)."""
+    work was preempted by every arrival (docs/2026-12-01-dashboard.md, "Demo churn")."""
     if not workloads:
         return []
     gpu_s = sum(w.gpus * request_of(w, speed)["work_s"] for w in workloads)
