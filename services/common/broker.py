@@ -100,11 +100,19 @@ def _security(settings: Settings, name: str) -> NatsSecurity | None:
 def make_broker(settings: Settings, name: str, *routers: NatsRouter) -> NatsBroker:
     """A broker of its own NATS connection for ``name``'s handlers (reconnects for ever, like the
     service's JetStream connection; core subscriptions are re-made by nats-py on reconnect),
-    authenticated as ``name``'s NATS user (``placement-<instance>`` -> placement)."""
+    authenticated as ``name``'s NATS user (``placement-<instance>`` -> placement). When the
+    process traces (``TIMESHARE_OTEL``, set up here for services that make no spans of their
+    own), faststream's telemetry middleware puts each handled request in the trace its
+    ``traceparent`` header names."""
+    from . import telemetry
+
+    telemetry.setup_telemetry(name.split("-")[0], settings.otel)
     broker = NatsBroker(
         settings.nats_url.split(","), name=f"{name}-handlers", serializer=StrictMsgSpecSerializer(),
         security=_security(settings, name),
-        max_reconnect_attempts=-1, reconnect_time_wait=0.5, middlewares=[malformed_request],
+        max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+        # telemetry outermost: its span covers the refusal of a malformed request too
+        middlewares=[*telemetry.broker_middlewares(), malformed_request],
         # one line per handled message at DEBUG (a query per HTTP request would flood INFO);
         # a handler that raises is still logged at ERROR with its traceback
         logger=logging.getLogger(f"timeshare.{name}.handlers"), log_level=logging.DEBUG,

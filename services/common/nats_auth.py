@@ -86,7 +86,8 @@ PERMISSIONS: dict[str, dict[str, list[str]]] = {
     },
     "ledger": {
         "publish": [*_JS_CLIENT, "$KV.timeshare_usage.>"],
-        "subscribe": ["_INBOX.>", _healthz("ledger"), f"{_Q}.ledger.report", f"{_Q}.ledger.usage"],
+        "subscribe": ["_INBOX.>", _healthz("ledger"), f"{_Q}.ledger.report", f"{_Q}.ledger.series",
+                      f"{_Q}.ledger.usage"],
     },
     "health": {
         "publish": [*_JS_CLIENT, f"{_IN}.node.unhealthy", f"{_IN}.node.failed", f"{_IN}.node.repaired"],

@@ -161,6 +161,9 @@ class PostgresStore:
             # open transaction is still rolled back by asyncpg itself
             return None
 
+        from .telemetry import instrument_asyncpg
+
+        instrument_asyncpg()  # a span per query inside a traced request or message (once per process)
         self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size, init=init,
                                               reset=reset, server_settings={"search_path": self.schema})
         return self

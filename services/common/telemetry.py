@@ -54,7 +54,7 @@ def setup_telemetry(service: str, mode: str) -> trace.Tracer:
 
         # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES win when set (Resource.create reads them)
         name = os.environ.get("OTEL_SERVICE_NAME") or "timeshare"
-        provider = TracerProvider(resource=Resource.create({"service.name": name}))
+        provider = TracerProvider(resource=Resource.create({"service.name": name}), sampler=_quiet_roots())
         if mode == "console":
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
         elif mode == "otlp":
@@ -74,6 +74,61 @@ def setup_telemetry(service: str, mode: str) -> trace.Tracer:
         trace.set_tracer_provider(provider)
         _configured = True
     return trace.get_tracer(f"timeshare.{service}")
+
+
+def _quiet_roots():
+    """Every span, except a PostgreSQL query's or a bus message's that starts a trace of its own
+    (no parent): the projections' commits and the heartbeats, several a second, would each be a
+    one-span trace crowding the workloads' spans out of the span store and the collector. Inside
+    a trace (an HTTP request's, a workload's message's, a request carrying ``traceparent``)
+    they are kept."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBased, Sampler, SamplingResult
+
+    class QuietRoots(Sampler):
+        def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None,
+                          trace_state=None):
+            parent = trace.get_current_span(parent_context).get_span_context()
+            if not parent.is_valid and attributes and any(k in attributes for k in _NOISY_ROOT_KEYS):
+                return SamplingResult(Decision.DROP)
+            return ParentBased(ALWAYS_ON).should_sample(parent_context, trace_id, name, kind, attributes, links,
+                                                        trace_state)
+
+        def get_description(self) -> str:
+            return "QuietRoots(ParentBased(AlwaysOn), no root spans of store queries or bus messages)"
+
+    return QuietRoots()
+
+
+#: attributes of the instrumentations' spans (asyncpg: db.system, newer semantic conventions
+#: db.system.name; faststream: messaging.system)
+_NOISY_ROOT_KEYS = ("db.system", "db.system.name", "messaging.system")
+
+
+def instrument_asyncpg() -> None:
+    """A span per asyncpg query (``opentelemetry-instrumentation-asyncpg``), once per process and
+    only when this process traces: the stores call it where they open their pool. Query text is
+    recorded, never its parameters (workload documents)."""
+    if not _configured:
+        return
+    try:
+        from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
+    except ImportError:  # an install without the package: no store spans, nothing else changes
+        return
+    instrumentor = AsyncPGInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument()
+
+
+def broker_middlewares() -> list:
+    """faststream's ``NatsTelemetryMiddleware`` for a service's broker when this process traces:
+    a span per handled request (its parent the ``traceparent`` the request carries) and per
+    reply. Otherwise none (the handlers then pay nothing for tracing)."""
+    if not _configured:
+        return []
+    from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+
+    # no message counters: the services' own metrics are what /v1/metrics shows
+    return [NatsTelemetryMiddleware(include_messages_counters=False)]
 
 
 _metrics_configured = False

@@ -51,8 +51,10 @@ what it starts:
                 service keeps its state in memory and rebuilds it from the stream
   services      placement, budget, ledger, health, executor (simulated) and the HTTP gateway,
                 in this process, for the cluster and budget tree of --cluster-file
-  traffic       the cluster file's generated workloads submitted through the gateway at --rate,
-                heartbeats of every node, a repair command for drained nodes
+  traffic       the cluster file's generated workloads submitted through the gateway, paced to
+                offer --load times the cluster's GPUs (their own arrival pattern, stretched or
+                squeezed) or at a fixed --rate; heartbeats of every node, a repair command for
+                drained nodes
 
 It prints the gateway URL (OpenAPI UI at /docs) and the demo tokens. Ctrl-C stops the services
 and both servers. TIMESHARE_* environment variables (see services/README.md) still apply,
@@ -77,7 +79,13 @@ def parse_args(argv=None):
                    help="gateway port (default 8080; a free port is taken when it is busy; 0 = any free port)")
     p.add_argument("--speed", type=float, default=60.0,
                    help="divide workload durations by this (default 60: a 1 h run takes 1 min)")
-    p.add_argument("--rate", type=float, default=2.0, help="synthetic submissions per second (default 2; 0 = none)")
+    p.add_argument("--load", type=float, default=0.9,
+                   help="offered load of the synthetic submissions, in GPU-seconds asked per GPU-second of the "
+                        "cluster (default 0.9: busy, with a queue that keeps emptying; at 1 or more the queue "
+                        "grows without bound)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="a fixed number of synthetic submissions per second instead of --load, whatever they ask "
+                        "for (load tests; 0 = none)")
     p.add_argument("--memory", action="store_true", help="in-memory stores even when PostgreSQL is available")
     p.add_argument("--fresh", action="store_true", help="delete the data folder first (a new, empty cluster)")
     return p.parse_args(argv)
@@ -98,28 +106,63 @@ def port_or_free(port: int) -> int:
     return port
 
 
-async def submit_flow(url: str, config, speed: float, rate: float, stop: asyncio.Event) -> None:
-    if rate <= 0:
+def request_of(w, speed: float) -> dict:
+    """The submission of a scenario workload, its durations divided by ``speed``."""
+    return {"project": w.project, "gpu_type": w.gpu_type, "gpus": w.gpus,
+            "work_s": max(1, int(w.work_s / speed)),
+            "min_runtime_s": max(1, int(w.min_runtime_s / speed)) if w.min_runtime_s else 0,
+            "resumable": w.resumable, "priority": w.priority, "kind": w.kind,
+            "checkpoint_interval_s": max(1, int(w.checkpoint_interval_s / speed)) if w.checkpoint_interval_s else None}
+
+
+def paced_gaps_s(workloads, total_gpus: int, speed: float, load: float) -> list[float]:
+    """Seconds to wait after each workload (in submit order, then again from the first) so that
+    the flow asks for ``load`` x ``total_gpus`` GPU-seconds per second on average: the
+    scenario's own gaps between arrivals (its bursts and lulls), scaled so one pass over the
+    list lasts what its work, as submitted, would keep the cluster busy for at that load.
+
+    A fixed rate ignores what the workloads ask: the demo's 2 submissions/s with durations / 60
+    offered 5.8x the cluster, the queue grew by ~30 workloads a minute for ever and unallocated
+    work was preempted by every arrival (docs/2026-12-01-dashboard.md, "Demo churn")."""
+    if not workloads:
+        return []
+    gpu_s = sum(w.gpus * request_of(w, speed)["work_s"] for w in workloads)
+    cycle_s = gpu_s / (load * total_gpus)
+    n = len(workloads)
+    gaps = [max(0.0, workloads[i + 1].submit_s - workloads[i].submit_s) for i in range(n - 1)]
+    gaps.append(sum(gaps) / len(gaps) if gaps else 1.0)  # back to the first: an average gap
+    total = sum(gaps)
+    return [g * cycle_s / total for g in gaps] if total > 0 else [cycle_s / n] * n
+
+
+async def submit_flow(url: str, config, speed: float, rate: float | None, load: float, stop: asyncio.Event) -> None:
+    if (rate is not None and rate <= 0) or load <= 0:
         return
-    workloads = config.scenario.workloads
+    workloads = sorted(config.scenario.workloads, key=lambda w: (w.submit_s, w.id))
+    if not workloads:
+        return
+    if rate is not None:
+        gaps = [1 / rate] * len(workloads)
+    else:
+        gaps = paced_gaps_s(workloads, sum(p.nodes * p.gpus_per_node for p in config.pools), speed, load)
+    loop = asyncio.get_running_loop()
+    next_at = loop.time()
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer dev-user"}, timeout=10) as http:
         i = 0
         while not stop.is_set():
             w = workloads[i % len(workloads)]
-            body = {"project": w.project, "gpu_type": w.gpu_type, "gpus": w.gpus,
-                    "work_s": max(1, int(w.work_s / speed)),
-                    "min_runtime_s": max(1, int(w.min_runtime_s / speed)) if w.min_runtime_s else 0,
-                    "resumable": w.resumable, "priority": w.priority, "kind": w.kind,
-                    "checkpoint_interval_s": max(1, int(w.checkpoint_interval_s / speed)) if w.checkpoint_interval_s else None}
+            body = request_of(w, speed)
             try:
                 r = await http.post("/v1/workloads", json=body, headers={"Idempotency-Key": f"demo-{os.getpid()}-{i}"})
                 if r.status_code >= 400:
                     log.warning("synthetic submission refused: %s", r.text)
             except httpx.HTTPError as exc:
                 log.warning("gateway not answering: %s", exc)
+            # on a schedule, not a sleep after each answer: a slow gateway does not lower the load
+            next_at += gaps[i % len(gaps)]
             i += 1
             try:
-                await asyncio.wait_for(stop.wait(), 1 / rate)
+                await asyncio.wait_for(stop.wait(), max(0.0, next_at - loop.time()))
             except asyncio.TimeoutError:
                 pass
 
@@ -229,6 +272,7 @@ async def main(argv=None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         url = stack["gateway"].url
+        traffic = f"{args.rate}/s" if args.rate is not None else f"offered load {args.load:g} x the GPUs"
         print(f"\ntimeshare devstack is up: cluster {config.name!r}, "
               f"{sum(p.nodes * p.gpus_per_node for p in config.pools)} GPUs, store: "
               f"{'PostgreSQL ' + database_url if pg else 'in-memory'}, NATS {nats_server.url}\n"
@@ -239,9 +283,9 @@ async def main(argv=None) -> int:
               f"--user operator --password <its operator entry>)\n"
               f"  try:      curl -H 'Authorization: Bearer dev-user' {url}/v1/queue\n"
               f"            TIMESHARE_URL={url} TIMESHARE_TOKEN=dev-admin timeshare queue\n"
-              f"  synthetic submissions: {args.rate}/s, durations / {args.speed:g}.  Ctrl-C stops everything.\n",
+              f"  synthetic submissions: {traffic}, durations / {args.speed:g}.  Ctrl-C stops everything.\n",
               flush=True)
-        tasks = [asyncio.create_task(submit_flow(url, config, args.speed, args.rate, stop)),
+        tasks = [asyncio.create_task(submit_flow(url, config, args.speed, args.rate, args.load, stop)),
                  asyncio.create_task(heartbeats(stack, stop))]
         await stop.wait()
         print("stopping...", flush=True)

@@ -158,8 +158,11 @@ def create_app(gw) -> FastAPI:
         return doc
 
     async def ask(subject: str, body: dict | None = None, timeout: float = 5.0) -> Any:
+        headers: dict = {}
+        telemetry.inject_context(headers)  # the service's handler span joins this request's trace
         try:
-            msg = await gw.bus.nc.request(subject, msgspec.json.encode(body or {}), timeout=timeout)
+            msg = await gw.bus.nc.request(subject, msgspec.json.encode(body or {}), timeout=timeout,
+                                          headers=headers or None)
         except Exception:
             raise Unavailable(f"no answer from {subject.split('.')[-1]} service ({subject}); is it running?") from None
         out = msgspec.json.decode(msg.data)
@@ -353,6 +356,18 @@ def create_app(gw) -> FastAPI:
         """GPU-hours owed / delivered and attainment per team over [from_s, to_s)."""
         return await ask(subjects.query_subject(cluster, "ledger.report"), {"from_s": from_s, "to_s": to_s},
                          timeout=30)
+
+    @app.get(f"/{API_VERSION}/report/series", tags=["budgets"])
+    async def report_series(who: Auth, node: Annotated[str, Query(max_length=limits.MAX_LABEL_CHARS)] = "",
+                            from_s: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+                            to_s: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+                            bucket_h: Annotated[int | None, Query(ge=1)] = None) -> dict:
+        """GPU-hours owed and delivered (funded work) of tree node ``node`` ("" = every team) per
+        hour, or per ``bucket_h`` hours, over [from_s, to_s): the report's numbers over time
+        (its buckets add up to ``/v1/report`` over the same range). 404 for an unknown node,
+        400 for a range the report refuses or more than 500 points."""
+        return await ask(subjects.query_subject(cluster, "ledger.series"),
+                         {"node": node, "from_s": from_s, "to_s": to_s, "bucket_h": bucket_h}, timeout=30)
 
     @app.get(f"/{API_VERSION}/nodes", tags=["nodes"])
     async def nodes(who: Auth) -> dict:

@@ -1,6 +1,7 @@
 """The ledger's request/reply handlers on a faststream router (msgspec-typed requests).
 
-``ledger.report``: owed / delivered / attainment over [from_s, to_s); ``ledger.usage``: the
+``ledger.report``: owed / delivered / attainment over [from_s, to_s); ``ledger.series``: a tree
+node's owed / delivered per hour (or per bucket of hours) over a range; ``ledger.usage``: the
 rolling-window usage per tree node and GPU type; ``healthz.ledger``: its health report.
 """
 
@@ -18,6 +19,13 @@ class ReportQuery(Message, kw_only=True):
     to_s: float | None = None
 
 
+class SeriesQuery(ReportQuery, kw_only=True):
+    """A tree node ("" = every team) and a range; ``bucket_h``: hours per point (None: the
+    fewest that keep the series within the ledger's point limit)."""
+    node: str = ""
+    bucket_h: int | None = None
+
+
 def router(service, cluster: str) -> NatsRouter:
     r = NatsRouter()
 
@@ -29,6 +37,14 @@ def router(service, cluster: str) -> NatsRouter:
         except Exception as exc:
             # a store away is the service's problem (503, try again), anything else the request's
             return {"error": f"report failed: {describe(exc)}", "status": 503 if is_transient(exc) else 400}
+
+    @r.subscriber(subjects.query_subject(cluster, "ledger.series"), title="ledger.series",
+                  description="GPU-hours owed / delivered of a tree node per hour (or bucket of hours) over [from_s, to_s)")
+    async def series(q: SeriesQuery) -> dict:
+        try:
+            return await service.series(q.node, q.from_s, q.to_s, q.bucket_h)
+        except Exception as exc:
+            return {"error": f"series failed: {describe(exc)}", "status": 503 if is_transient(exc) else 400}
 
     @r.subscriber(subjects.query_subject(cluster, "ledger.usage"), title="ledger.usage",
                   description="rolling-window usage (allocated / unallocated GPU-seconds) per tree node and GPU type")

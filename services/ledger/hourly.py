@@ -262,3 +262,37 @@ def report_from_rows(rows: list[dict], tree: AllocationTree, pool_gpus: dict[str
         "queue_wait_s": percentiles(waits),
         "hours": len(rows),
     }
+
+
+def series_from_rows(rows: list[dict], tree: AllocationTree, pool_gpus: dict[str, int], max_min_runtime_s: int,
+                     node: str, from_s: float | None, to_s: float, first_s: float | None, bucket_h: int) -> dict:
+    """Owed and delivered GPU-hours of funded work of tree node ``node`` ("" = every team) over
+    ``[from_s, to_s)``, per bucket of ``bucket_h`` whole hours: each bucket is
+    :func:`report_from_rows` over its hours, summed over the teams under ``node``, so the
+    buckets add up to the report over the same range (each team's figures are rounded to
+    1/1000 GPU-h per bucket). ``entitled_gpu_hours``: the node's fraction of the GPUs over the
+    seconds the bucket covers (owed is that, capped by what the teams asked for)."""
+    leaves = [leaf for leaf in tree.leaves if not node or leaf == node or leaf.startswith(node + "/")]
+    fraction = 1.0 if not node else tree.nodes[node].fraction
+    gpus = sum(pool_gpus.values())
+    start = first_s if from_s is None else (from_s if first_s is None else max(from_s, first_s))
+    if start is None or start >= to_s:
+        return {"node": node, "from_s": from_s, "to_s": to_s, "bucket_s": bucket_h * HOUR_S, "buckets": []}
+    by_hour = {row["hour"]: row for row in rows}
+    first_b = int(start // HOUR_S) // bucket_h * bucket_h
+    buckets = []
+    for b in range(first_b, int(math.ceil(to_s / HOUR_S)), bucket_h):
+        b_from, b_to = b * HOUR_S, min((b + bucket_h) * HOUR_S, to_s)
+        part = [by_hour[h] for h in range(b, b + bucket_h) if h in by_hour]
+        # the bucket's hours whole (as the report counts the hour from_s falls in), up to to_s
+        report = report_from_rows(part, tree, pool_gpus, max_min_runtime_s, b_from, b_to, first_s)
+        teams = report["teams"]
+        covered_s = max(0.0, b_to - max(b_from, first_s if first_s is not None else b_from))
+        buckets.append({
+            "from_s": b_from, "to_s": b_to,
+            "owed_gpu_hours": round(sum(teams[leaf]["owed_gpu_hours"] for leaf in leaves), 3),
+            "delivered_gpu_hours": round(sum(teams[leaf]["delivered_gpu_hours"] for leaf in leaves), 3),
+            "entitled_gpu_hours": round(fraction * gpus * covered_s / HOUR_S, 3),
+        })
+    return {"node": node, "fraction": round(fraction, 6), "from_s": from_s, "to_s": to_s,
+            "bucket_s": bucket_h * HOUR_S, "buckets": buckets}

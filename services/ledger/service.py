@@ -33,12 +33,14 @@ from ..common.projector import Projector
 from ..common.settings import Settings
 from ..common.store import Changes, make_store
 from ..common.supervise import describe, spawn
-from .hourly import HourlyUsage, report_from_rows
+from .hourly import HourlyUsage, report_from_rows, series_from_rows
 
 log = logging.getLogger("timeshare.ledger")
 
 #: the longest range one report bins (hour by hour, per team)
 MAX_REPORT_RANGE_S = 400 * 86400
+#: the most points one series answers (a chart wider than this has more points than pixels)
+MAX_SERIES_POINTS = 500
 
 # -- the checkpoint ------------------------------------------------------------------------
 # Without one, a start folded the whole journal: a month's 216,668 events took tens of seconds
@@ -262,9 +264,9 @@ class Ledger:
             self.hourly.unwritten.pop(hour, None)
         return len(rows)
 
-    async def report(self, from_s: float | None, to_s: float | None) -> dict:
-        """Owed / delivered / attainment over ``[from_s, to_s)`` from the hourly rows (never the
-        journal): the store's rows of the complete hours, the open hour from memory."""
+    async def _rows_of(self, from_s: float | None, to_s: float | None) -> tuple[list[dict], float] | dict:
+        """The hourly rows of ``[from_s, to_s)`` in order, and the range's end: the store's rows
+        of the complete hours, the open hour from memory; or an error (``status`` 4xx/503)."""
         # the report bins every hour of the range for every team: a far ``to_s`` once took
         # 23.7 GB and stalled every service, so ranges it cannot serve are refused up front
         now_s = max(self.clock.now_ms(), self.last_ms) / 1000
@@ -279,7 +281,7 @@ class Ledger:
         hourly = self.hourly
         to = to_s if to_s is not None else now_s
         if not hourly.started:
-            return report_from_rows([], self.tree, self.pool_gpus, self.config.policy.max_min_runtime_s, from_s, to)
+            return [], to
         first_h, open_h = hourly.first_h, hourly.open_h
         if from_s is None and to - first_h * HOUR_S > MAX_REPORT_RANGE_S:
             return {"error": f"the journal spans more than {MAX_REPORT_RANGE_S // 86400} days: give from_s",
@@ -301,9 +303,43 @@ class Ledger:
             return {"error": f"{len(missing)} hourly rows are not stored yet (first: hour {missing[0]}); try "
                              "again in a few seconds", "status": 503}
         rows.update(hourly.open_rows(to))
-        ordered = [rows[h] for h in sorted(rows) if from_h <= h < to_h]
-        return report_from_rows(ordered, self.tree, self.pool_gpus, self.config.policy.max_min_runtime_s,
-                                from_s, to, hourly.first_s)
+        return [rows[h] for h in sorted(rows) if from_h <= h < to_h], to
+
+    async def report(self, from_s: float | None, to_s: float | None) -> dict:
+        """Owed / delivered / attainment over ``[from_s, to_s)`` from the hourly rows (never the
+        journal): the store's rows of the complete hours, the open hour from memory."""
+        got = await self._rows_of(from_s, to_s)
+        if isinstance(got, dict):
+            return got
+        rows, to = got
+        return report_from_rows(rows, self.tree, self.pool_gpus, self.config.policy.max_min_runtime_s,
+                                from_s, to, self.hourly.first_s)
+
+    async def series(self, node: str, from_s: float | None, to_s: float | None, bucket_h: int | None) -> dict:
+        """Owed and delivered GPU-hours of funded work of tree node ``node`` ("" = every team)
+        over ``[from_s, to_s)``, one point per ``bucket_h`` hours (default: the fewest hours
+        that keep it to MAX_SERIES_POINTS points): the report's numbers hour by hour."""
+        if node and node not in self.tree.nodes:
+            return {"error": f"unknown tree node {node!r} (known: {', '.join(sorted(self.tree.nodes))})",
+                    "status": 404}
+        if bucket_h is not None and not 1 <= bucket_h <= MAX_REPORT_RANGE_S // HOUR_S:
+            return {"error": f"bucket_h must be a whole number of hours from 1 to {MAX_REPORT_RANGE_S // HOUR_S}",
+                    "status": 400}
+        got = await self._rows_of(from_s, to_s)
+        if isinstance(got, dict):
+            return got
+        rows, to = got
+        first_s = self.hourly.first_s
+        start_s = first_s if from_s is None else (from_s if first_s is None else max(from_s, first_s))
+        hours = max(1, int(math.ceil(to / HOUR_S)) - int((to if start_s is None else start_s) // HOUR_S))
+        if bucket_h is None:
+            bucket_h = max(1, math.ceil(hours / MAX_SERIES_POINTS))
+        elif hours / bucket_h > MAX_SERIES_POINTS:
+            return {"error": f"{hours} hours in {bucket_h}-hour buckets is more than {MAX_SERIES_POINTS} points: "
+                             f"give bucket_h of at least {math.ceil(hours / MAX_SERIES_POINTS)}", "status": 400}
+        return series_from_rows(rows, self.tree, self.pool_gpus, self.config.policy.max_min_runtime_s,
+                                node, from_s, to, first_s, bucket_h)
+
 
 def default_broker(service: Ledger):
     from ..common.broker import make_broker

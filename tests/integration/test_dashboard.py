@@ -111,6 +111,33 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     assert "×" in alpha_train      # its usage ratio
     assert "funded attainment" in text and "preemptions" in text
     assert await page.inner_text("#whoami") == "alice"
+    # delivered vs owed over time: one bar per hour the ledger's series has, the axis named
+    async with client(stack, "tok-alice") as alice:
+        series = (await alice.get("/v1/report/series")).json()
+        assert series["bucket_s"] == 3600 and series["buckets"], series
+        assert sum(b["owed_gpu_hours"] for b in series["buckets"]) > 0
+        team = (await alice.get("/v1/report/series", params={"node": "alpha/train"})).json()
+        refused = {"unknown node": (await alice.get("/v1/report/series", params={"node": "gamma"})),
+                   "to before from": (await alice.get("/v1/report/series", params={"from_s": 100, "to_s": 50})),
+                   "no hours": (await alice.get("/v1/report/series", params={"bucket_h": 0}))}
+    assert {k: r.status_code for k, r in refused.items()} == {"unknown node": 404, "to before from": 400,
+                                                              "no hours": 422}
+    assert "gamma" in refused["unknown node"].json()["detail"]
+    assert await page.locator("#series rect.delivered").count() == len(series["buckets"])
+    assert await page.locator("#series line.owed").count() == len(series["buckets"])
+    assert await page.get_attribute("#series", "data-points") == str(len(series["buckets"]))
+    assert await page.text_content("#y-label") == "GPU-hours per hour"
+    assert (await page.text_content("#x-label")).startswith("time (UTC)")
+    # another tree node: chosen in the select, kept in the address
+    await page.select_option("#chart-node", "alpha/train")
+    await page.wait_for_url("**node=alpha%2Ftrain**")
+    await page.wait_for_selector("body[data-ready]", state="attached", timeout=15_000)
+    await page.wait_for_selector("#series rect.delivered", timeout=15_000)
+    assert await page.input_value("#chart-node") == "alpha/train"
+    assert await page.locator("#series rect.delivered").count() == len(team["buckets"])
+    title = await page.locator("#series rect.delivered title").first.text_content()
+    assert f"delivered {team['buckets'][0]['delivered_gpu_hours']:.2f}" in title, title
+    await page.locator("#series").screenshot(path=str(screenshots / "tree-chart.png"))
 
     # the queue: the victim, first, with its ordering key per level
     text = await _open(page, f"{base}/ui/queue", screenshots / "queue.png")

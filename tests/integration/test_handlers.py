@@ -179,6 +179,17 @@ async def test_ledger_report_refuses_ranges_it_cannot_serve(settings, config):
         out = await ask(br, query("ledger.report"), {"from_s": 0, "to_s": 3600})
         assert out["attainment"] is not None or out["teams"], out
         usage = await ask(br, query("ledger.usage"), {})
+        # the series refuses the same ranges, an unknown node, and a bucket of no hours
+        out = await ask(br, query("ledger.series"), {"node": "alpha", "from_s": 100, "to_s": 50})
+        assert out["status"] == 400 and "before" in out["error"]
+        out = await ask(br, query("ledger.series"), {"node": "gamma"})
+        assert out["status"] == 404 and "gamma" in out["error"]
+        out = await ask(br, query("ledger.series"), {"node": "alpha", "bucket_h": 0})
+        assert out["status"] == 400 and "bucket_h" in out["error"]
+        out = await ask(br, query("ledger.series"), {"node": "alpha", "bucket_h": "an hour"})
+        assert out["status"] == 400 and "bucket_h" in out["error"], out
+        out = await ask(br, query("ledger.series"), {"node": "alpha"})
+        assert out["node"] == "alpha" and out["buckets"] == [], out  # nothing happened yet
     assert usage["cluster"] == CLUSTER and "alpha/train" in usage["usage"]
 
 

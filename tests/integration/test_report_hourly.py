@@ -16,6 +16,7 @@ from services.common.cluster_config import load_cluster
 from services.common.settings import Settings
 from services.common.store import Changes
 from services.ledger.report import attainment_report
+from services.ledger import service as service_module
 from services.ledger.service import Ledger
 from timeshare import events as ev
 from timeshare.sim.engine import run
@@ -192,3 +193,46 @@ async def test_a_restart_loads_the_checkpoint_and_folds_only_the_journal_after_i
     assert cold.usage_snapshot() == first.usage_snapshot()
     assert await cold.report(None, None) == await first.report(None, None)
     await first.store.close()
+
+
+async def test_the_series_adds_up_to_the_report_hour_by_hour_for_every_tree_node(fed_ledger):
+    ledger, events = fed_ledger
+    first_s, last_s = events[0].at_ms / 1000, events[-1].at_ms / 1000
+    await ledger.write_hourly_rows()
+    hours = int(-(-last_s // HOUR_S)) - int(first_s // HOUR_S)
+    for from_s, to_s in [(None, None), (first_s + 1800, 2 * HOUR_S), (HOUR_S, last_s)]:
+        report = await ledger.report(from_s, to_s)
+        for node in ["", *sorted(ledger.tree.nodes)]:
+            leaves = [t for t in ledger.tree.leaves if not node or t == node or t.startswith(node + "/")]
+            want_owed = sum(report["teams"][t]["owed_gpu_hours"] for t in leaves)
+            want_got = sum(report["teams"][t]["delivered_gpu_hours"] for t in leaves)
+            for bucket_h in (None, 2):
+                series = await ledger.series(node, from_s, to_s, bucket_h)
+                assert "error" not in series, series
+                buckets = series["buckets"]
+                assert [b["from_s"] % (HOUR_S * (bucket_h or 1)) for b in buckets] == [0] * len(buckets)
+                # each team rounded to 1/1000 GPU-h per bucket
+                slack = 0.0011 * len(leaves) * len(buckets)
+                assert abs(sum(b["owed_gpu_hours"] for b in buckets) - want_owed) <= slack, (node, from_s, to_s)
+                assert abs(sum(b["delivered_gpu_hours"] for b in buckets) - want_got) <= slack, (node, from_s, to_s)
+                assert all(b["owed_gpu_hours"] <= b["entitled_gpu_hours"] + 0.001 for b in buckets)
+    whole = await ledger.series("", None, None, None)
+    assert len(whole["buckets"]) == hours and whole["bucket_s"] == HOUR_S
+    assert any(b["owed_gpu_hours"] for b in whole["buckets"])
+
+
+async def test_a_series_of_an_unknown_node_or_a_bad_range_is_refused(fed_ledger, monkeypatch):
+    ledger, events = fed_ledger
+    first_s = events[0].at_ms / 1000
+    node = sorted(ledger.tree.nodes)[0]
+    assert (await ledger.series("nobody/here", None, None, None))["status"] == 404
+    assert (await ledger.series(node, first_s, first_s - 1, None))["status"] == 400
+    assert (await ledger.series(node, None, None, 0))["status"] == 400
+    future = await ledger.series(node, None, events[-1].at_ms / 1000 + 10 * HOUR_S, None)
+    assert future["status"] == 400 and "future" in future["error"]
+    # more points than a chart can show: the message names the bucket that fits (the journal
+    # spans 3 hours; a limit of 2 points stands for 500 over a longer one)
+    monkeypatch.setattr(service_module, "MAX_SERIES_POINTS", 2)
+    far = await ledger.series(node, None, None, 1)
+    assert far["status"] == 400 and "bucket_h of at least 2" in far["error"]
+    assert len((await ledger.series(node, None, None, None))["buckets"]) == 2

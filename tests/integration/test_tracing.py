@@ -3,6 +3,8 @@ that `explain` prints and the log's event carries (TIMESHARE_OTEL=memory)."""
 
 from __future__ import annotations
 
+import os
+
 import msgspec
 import pytest
 
@@ -68,6 +70,26 @@ async def test_victims_trace_holds_the_preemption_span_with_the_numbers_explain_
                 by_name["placement.pass workload.started"]["span_id"]
             assert by_name["placement workload.completed"]["parent_id"] == \
                 by_name["executor workload.completed"]["span_id"]
+            # the gateway's PostgreSQL query (is the id taken?) inside the request, from asyncpg's
+            # instrumentation (a query outside any trace, a projection's commit, is not recorded)
+            queries = [s for s in quick["spans"] if s["attributes"].get("db.system") == "postgresql"]
+            assert queries and all(s["service"] == "opentelemetry.instrumentation.asyncpg" for s in queries)
+            assert all(_ancestors(quick["spans"], q)[-1]["name"] == "POST /v1/workloads" for q in queries)
+            assert any(q["attributes"].get("db.statement", "").startswith("SELECT") for q in queries)
+
+            # a request that asks a service over NATS is one trace too: the caller's traceparent
+            # -> the gateway's HTTP span -> (traceparent in the NATS request) -> placement's
+            # faststream handler span (its telemetry middleware) -> its reply
+            trace_id = os.urandom(16).hex()
+            r = await alice.get("/v1/workloads/quick/explain",
+                                headers={"traceparent": f"00-{trace_id}-{os.urandom(8).hex()}-01"})
+            assert r.status_code == 200
+            explain_spans = await wait_for(lambda: _spans_with(trace_id, " process"), 5,
+                                           what="the explain handler's span")
+            handler = next(s for s in explain_spans if s["name"].endswith(".explain process"))
+            assert handler["service"] == "opentelemetry.instrumentation.faststream" and handler["attributes"]["messaging.system"] == "nats"
+            assert _ancestors(explain_spans, handler)[-1]["name"] == "GET /v1/workloads/{workload_id}/explain"
+            assert any(s["attributes"].get("db.system") == "postgresql" for s in explain_spans)
 
             # alpha fills the cluster with resumable work protected for 2 s; beta has used
             # nothing and preempts one of them once the protection ends
@@ -177,6 +199,23 @@ async def test_victims_trace_holds_the_preemption_span_with_the_numbers_explain_
         assert r.stdout.splitlines()[1].split()[-1] == "/v1/workloads"  # the HTTP request first
     finally:
         await stack.stop()
+
+
+def _ancestors(spans: list[dict], span: dict) -> list[dict]:
+    """``span``'s parent, its parent's parent, ... up to the trace's root among ``spans``."""
+    by_id = {s["span_id"]: s for s in spans}
+    out = []
+    while span["parent_id"] in by_id:
+        span = by_id[span["parent_id"]]
+        out.append(span)
+    return out
+
+
+async def _spans_with(trace_id: str, name_part: str) -> list[dict] | None:
+    from services.common import telemetry
+
+    spans = telemetry.span_store().spans_of(trace_id)
+    return spans if any(name_part in s["name"] for s in spans) else None
 
 
 async def _explained(http, workload_id: str):

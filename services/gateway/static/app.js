@@ -23,6 +23,16 @@ function el(tag, attrs, ...children) {
   }
   return e;
 }
+// the same for SVG elements (the chart): attributes only, text through text nodes
+function svg(tag, attrs, ...children) {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) e.setAttribute(k, v);
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
 const num = (x, digits = 2) => (x === null || x === undefined || Number.isNaN(x)) ? "–" : Number(x).toFixed(digits);
 // a ratio early in a window is tiny (minutes of use in a 7-day window): keep two significant digits
 const ratioText = (x) => (x === null || x === undefined) ? "–" : x !== 0 && Math.abs(x) < 0.1 ? `${Number(x).toPrecision(2)}×` : `${num(x)}×`;
@@ -91,15 +101,22 @@ async function renderTree(main) {
   let range = new URLSearchParams(location.search).get("range") || "all";
   if (!(range in RANGES)) range = "all";
   const tree = await api("/v1/allocations");
-  let report = null, reportError = null;
+  let report = null, reportError = null, fromS = null;
   for (const r of [range, "7d"]) {
-    const fromS = RANGES[r] ? tree.now_s - RANGES[r] : null;
+    fromS = RANGES[r] ? Math.max(0, tree.now_s - RANGES[r]) : null;
     try {
-      report = await api(`/v1/report${fromS !== null ? `?from_s=${Math.max(0, fromS)}` : ""}`);
+      report = await api(`/v1/report${fromS !== null ? `?from_s=${fromS}` : ""}`);
       range = r;
       break;
     } catch (e) { reportError = e.message; if (e.status !== 400 || r === "7d") break; }
   }
+  // the chart's tree node ("" = every team), from the address like the range
+  let chartNode = new URLSearchParams(location.search).get("node") || "";
+  if (chartNode && !(chartNode in tree.nodes)) chartNode = "";
+  const q = new URLSearchParams({ node: chartNode });
+  if (fromS !== null) q.set("from_s", fromS);
+  let series = null, seriesError = null;
+  try { series = await api(`/v1/report/series?${q}`); } catch (e) { seriesError = e.message; }
   const nodes = tree.nodes;
   const paths = Object.keys(nodes);
   const leaves = paths.filter((p) => !nodes[p].children.length);
@@ -116,7 +133,12 @@ async function renderTree(main) {
   const maxH = Math.max(1e-9, ...paths.map((p) => Math.max(sums[p].owed, sums[p].delivered)));
   const rangeSel = el("select", { id: "range", "aria-label": "report range" },
     Object.keys(RANGES).map((r) => el("option", { value: r, selected: r === range }, r === "all" ? "since the first event" : `last ${r}`)));
-  rangeSel.addEventListener("change", () => { location.search = `?range=${rangeSel.value}`; });
+  const go = (r, n) => { location.search = `?${new URLSearchParams(n ? { range: r, node: n } : { range: r })}`; };
+  rangeSel.addEventListener("change", () => go(rangeSel.value, chartNode));
+  const nodeSel = el("select", { id: "chart-node", "aria-label": "tree node of the chart" },
+    el("option", { value: "", selected: chartNode === "" }, "every team"),
+    Object.keys(tree.nodes).sort().map((p) => el("option", { value: p, selected: p === chartNode }, p)));
+  nodeSel.addEventListener("change", () => go(range, nodeSel.value));
   const rows = [];
   const walk = (p, depth) => {
     const n = nodes[p];
@@ -154,7 +176,66 @@ async function renderTree(main) {
     el("table", { id: "tree" },
       el("thead", {}, el("tr", {}, ["node", "share", "fraction", "GPUs now", "usage ratio", "owed GPU-h", "delivered GPU-h",
         "attainment", "delivered (fill) vs owed (line)"].map((h, i) => el("th", { class: i && i < 8 ? "num" : "" }, h)))),
-      el("tbody", {}, rows)));
+      el("tbody", {}, rows)),
+    el("h2", {}, "Delivered vs owed over time"),
+    el("p", { class: "muted" }, `GPU-hours of funded work of `, nodeSel, ` per ${series ? bucketText(series.bucket_s) : "hour"} over the range above: `,
+      `delivered (bars), owed (black line: its share, capped by what its teams asked for), its share of the GPUs (dashed). `,
+      `The hour in progress counts the minutes so far.`),
+    series ? seriesChart(series, chartNode ? colourOf(colours, chartNode) : "#2f5fb3")
+      : el("p", { class: "error", id: "series-error" }, `series: ${seriesError}`));
+}
+
+const bucketText = (s) => s === 3600 ? "hour" : s === 86400 ? "day" : s % 86400 ? `${s / 3600} hours` : `${s / 86400} days`;
+
+// delivered vs owed per bucket as an inline SVG bar chart: no charting library (a dozen shapes
+// per bucket at most; nothing to vendor, and every label goes in as text)
+function seriesChart(series, colour) {
+  const b = series.buckets;
+  if (!b.length) return el("p", { class: "muted", id: "series" }, "No hours with data in this range yet.");
+  const W = 860, H = 260, L = 74, R = 14, T = 12, B = 42;
+  const top = Math.max(1e-6, ...b.map((x) => Math.max(x.delivered_gpu_hours, x.owed_gpu_hours, x.entitled_gpu_hours)));
+  // a round axis maximum: 1, 2 or 5 times a power of ten
+  const p10 = 10 ** Math.floor(Math.log10(top));
+  const yMax = [1, 2, 5, 10].map((m) => m * p10).find((v) => v >= top);
+  const slot = (W - L - R) / b.length, barW = Math.max(1, Math.min(60, slot * 0.7));
+  const x = (i) => L + i * slot + (slot - barW) / 2;
+  const y = (v) => T + (H - T - B) * (1 - v / yMax);
+  const parts = [];
+  // five steps of 0.2, 0.4 or 1 x a power of ten, with the decimals a step needs (minutes
+  // into a demo: thousandths of a GPU-hour)
+  const decimals = Math.min(6, Math.max(0, -Math.floor(Math.log10(yMax / 5) + 1e-9)));
+  for (let k = 0; k <= 5; k++) {  // horizontal grid and y ticks
+    const v = (yMax * k) / 5;
+    parts.push(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }),
+      svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", class: "tick" }, k ? num(v, decimals) : "0"));
+  }
+  const every = Math.ceil(b.length / 8);  // at most 8 time labels
+  b.forEach((d, i) => {
+    const tip = `${utc(d.from_s * 1000)} – ${utc(d.to_s * 1000)}: delivered ${num(d.delivered_gpu_hours, 2)}, owed ${num(d.owed_gpu_hours, 2)}, share ${num(d.entitled_gpu_hours, 2)} GPU-h`;
+    parts.push(svg("rect", { class: "delivered", "data-bucket": d.from_s, x: x(i), width: barW, y: y(d.delivered_gpu_hours),
+      height: Math.max(0, y(0) - y(d.delivered_gpu_hours)), fill: colour }, svg("title", {}, tip)));
+    parts.push(svg("line", { class: "owed", x1: x(i) - 2, x2: x(i) + barW + 2, y1: y(d.owed_gpu_hours), y2: y(d.owed_gpu_hours) }, svg("title", {}, tip)));
+    parts.push(svg("line", { class: "entitled", x1: L + i * slot, x2: L + (i + 1) * slot, y1: y(d.entitled_gpu_hours), y2: y(d.entitled_gpu_hours) }));
+    if (i % every === 0) {
+      const t = utc(d.from_s * 1000);
+      parts.push(svg("text", { x: L + i * slot + slot / 2, y: H - B + 16, "text-anchor": "middle", class: "tick" },
+        series.bucket_s < 86400 ? t.slice(11, 16) : t.slice(0, 10)));
+    }
+  });
+  const first = utc(b[0].from_s * 1000).slice(0, 10), last = utc(b[b.length - 1].to_s * 1000).slice(0, 10);
+  return el("div", { id: "series", "data-points": b.length },
+    svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "delivered vs owed GPU-hours over time" },
+      parts,
+      svg("line", { x1: L, x2: W - R, y1: y(0), y2: y(0), class: "axis" }),
+      svg("line", { x1: L, x2: L, y1: T, y2: y(0), class: "axis" }),
+      svg("text", { class: "axis-label", id: "y-label", transform: `translate(14 ${(T + H - B) / 2}) rotate(-90)`, "text-anchor": "middle" },
+        `GPU-hours per ${bucketText(series.bucket_s)}`),
+      svg("text", { class: "axis-label", id: "x-label", x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle" },
+        `time (UTC) ${first === last ? first : `${first} to ${last}`}`)),
+    el("div", { class: "legend" },
+      el("span", {}, swatch(colour), "delivered"),
+      el("span", {}, el("span", { class: "key-owed" }), "owed"),
+      el("span", {}, el("span", { class: "key-entitled" }), "share of the GPUs")));
 }
 
 function keyText(levels) {

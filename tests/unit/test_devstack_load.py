@@ -1,0 +1,41 @@
+"""The devstack's synthetic traffic offers the load it is asked for, whatever the workloads ask:
+a fixed submission rate offered the demo cluster 5.8x its GPUs and its queue never stopped
+growing (docs/2026-12-01-dashboard.md, "Demo churn")."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from services.common.cluster_config import load_cluster
+from services.common.settings import DEFAULT_CLUSTER_FILE
+from services.devstack.__main__ import paced_gaps_s, request_of
+
+
+def offered(workloads, gaps, gpus: int, speed: float) -> float:
+    return sum(w.gpus * request_of(w, speed)["work_s"] for w in workloads) / sum(gaps) / gpus
+
+
+def spec(submit_s: int, gpus: int, work_s: int):
+    return types.SimpleNamespace(submit_s=submit_s, gpus=gpus, work_s=work_s, min_runtime_s=0, project="a",
+                                 gpu_type="H100", resumable=True, priority="normal", kind="eval",
+                                 checkpoint_interval_s=None)
+
+
+@pytest.mark.parametrize("load", [0.5, 0.9, 1.5])
+def test_the_demo_flow_offers_the_asked_load_of_the_clusters_gpus(load):
+    config = load_cluster(DEFAULT_CLUSTER_FILE)
+    workloads = sorted(config.scenario.workloads, key=lambda w: (w.submit_s, w.id))
+    gpus = sum(p.nodes * p.gpus_per_node for p in config.pools)
+    gaps = paced_gaps_s(workloads, gpus, 60.0, load)
+    assert offered(workloads, gaps, gpus, 60.0) == pytest.approx(load)
+
+
+def test_the_scenarios_bursts_and_lulls_are_kept_in_proportion():
+    # a burst of three, a lull, one more: 8 GPUs x 100 s each, 16 GPUs at load 1
+    workloads = [spec(0, 8, 100), spec(0, 8, 100), spec(10, 8, 100), spec(70, 8, 100)]
+    gaps = paced_gaps_s(workloads, 16, 1.0, 1.0)
+    assert sum(gaps) == pytest.approx(4 * 800 / 16)
+    assert gaps[0] == 0 and gaps[2] == pytest.approx(6 * gaps[1])
+    assert gaps[3] == pytest.approx((gaps[0] + gaps[1] + gaps[2]) / 3)  # back to the first: an average gap
