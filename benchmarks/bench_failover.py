@@ -51,8 +51,9 @@ from timeshare.state import SchedulerState  # noqa: E402
 from timeshare.workload import WorkloadSpec  # noqa: E402
 
 
-def generate(config, cluster: str, n_events: int) -> list[ev.Event]:
-    """A valid log: batches of 1-GPU submissions, a pass, then every running workload completes."""
+def generate(config, cluster: str, n_events: int, gap_s: int = 10) -> list[ev.Event]:
+    """A valid log: batches of 1-GPU submissions, a pass, then every running workload completes;
+    a batch every ``gap_s`` of cluster time (10 s: about 35,000 events an hour)."""
     state = SchedulerState(config.tree(), config.cluster(), config.policy, name=cluster, id_prefix="gen-")
     policy = BudgetPolicy()
     leaves = sorted(config.tree().leaves)
@@ -67,7 +68,7 @@ def generate(config, cluster: str, n_events: int) -> list[ev.Event]:
             out.append(e)
             i += 1
         out += policy.schedule(state, t_s)  # applied by the core as it decides
-        t_s += 10
+        t_s += gap_s
         for wid in sorted(state.running):
             e = ev.WorkloadCompleted(event_id=f"done.{wid}.{state.workloads[wid].attempt}", at_ms=t_s * 1000,
                                      cluster=cluster, workload_id=wid, attempt=state.workloads[wid].attempt)
@@ -99,7 +100,7 @@ async def fresh_log(nats, cluster: str, events: list[ev.Event], base: Settings) 
     return bus
 
 
-async def run(sizes: list[int], snapshot_every: int, tail: int) -> None:
+async def run(sizes: list[int], snapshot_every: int, tail: int, gap_s: int) -> None:
     store = tempfile.mkdtemp(prefix="timeshare-bench-failover-")
     nats = NatsServer(store).start()
     config0 = load_cluster(DEFAULT_CLUSTER_FILE, "")
@@ -114,7 +115,7 @@ async def run(sizes: list[int], snapshot_every: int, tail: int) -> None:
             base = Settings(nats_url=nats.url, nats_credentials=nats.credentials_file, database_url="memory",
                             cluster_file=DEFAULT_CLUSTER_FILE, cluster=name, clock="manual", lease_ttl_s=5.0,
                             log_level="WARNING", snapshot_every=0)
-            events = generate(load_cluster(DEFAULT_CLUSTER_FILE, name), name, n)
+            events = generate(load_cluster(DEFAULT_CLUSTER_FILE, name), name, n, gap_s)
             span = f"{len(events):,} ({(events[-1].at_ms - events[0].at_ms) / 3.6e6:.1f} h)"
             # the reference: no snapshot, the whole log
             bus = await fresh_log(nats, name, events, base)
@@ -155,8 +156,11 @@ def main() -> None:
     p.add_argument("--sizes", default="10000,100000", help="log sizes in events (default 10000,100000)")
     p.add_argument("--snapshot-every", type=int, default=5000)
     p.add_argument("--tail", type=int, default=2500, help="events appended after the snapshot (default 2500)")
+    p.add_argument("--gap-s", type=int, default=10,
+                   help="cluster seconds between batches of 32 submissions (default 10: about 35,000 events an "
+                        "hour; 60: about 5,800)")
     args = p.parse_args()
-    asyncio.run(run([int(x) for x in args.sizes.split(",")], args.snapshot_every, args.tail))
+    asyncio.run(run([int(x) for x in args.sizes.split(",")], args.snapshot_every, args.tail, args.gap_s))
 
 
 if __name__ == "__main__":
