@@ -136,7 +136,13 @@ class Bus:
 
     # -- infra ------------------------------------------------------------------------------
     async def ensure_infra(self) -> None:
-        """Create (or update) streams, durable consumers and KV buckets; safe to run again."""
+        """Create (or update) streams, durable consumers and KV buckets; safe to run again, so
+        tried again through a NATS that is away or electing leaders (``retry_transient``)."""
+        from .supervise import retry_transient
+
+        await retry_transient("creating the JetStream streams, consumers and buckets", self._ensure_infra)
+
+    async def _ensure_infra(self) -> None:
         defs = infra_definitions(self.settings, self.cluster)
         for s in defs["streams"]:
             cfg = api.StreamConfig(

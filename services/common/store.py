@@ -134,6 +134,13 @@ class PostgresStore:
         self.pool = None
 
     async def open(self) -> "PostgresStore":
+        """Create the schema and tables (idempotent) and the pool; tried again while PostgreSQL
+        is away or starting (``retry_transient``), so a service started beside it does not exit."""
+        from .supervise import retry_transient
+
+        return await retry_transient(f"opening the {self.schema} store", self._open)
+
+    async def _open(self) -> "PostgresStore":
         import asyncpg
 
         conn = await asyncpg.connect(self.dsn)

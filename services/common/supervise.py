@@ -83,3 +83,25 @@ async def supervise(name: str, factory: Callable[[], Awaitable[None]], stop: asy
 def spawn(name: str, factory: Callable[[], Awaitable[None]], stop: asyncio.Event, **kwargs) -> asyncio.Task:
     """``supervise`` as a named task."""
     return asyncio.create_task(supervise(name, factory, stop, **kwargs), name=name)
+
+
+#: how long a start-up step keeps trying through a server that is away or not ready (a NATS
+#: cluster electing a stream leader answers "no responders" or times out for a few seconds)
+START_RETRY_S = 60.0
+
+
+async def retry_transient(what: str, fn: Callable[[], Awaitable], within_s: float = START_RETRY_S):
+    """``await fn()``, tried again with backoff while it fails for a transient reason (logged
+    once per try), for up to ``within_s``; then the error goes up. For idempotent start-up steps
+    (creating streams, reading a snapshot): a service started while its servers recover must
+    not exit on the first timeout. (Seen: the executor, started as a three-node NATS cluster
+    elected a new log leader, exited on one object-store timeout and nothing completed after.)"""
+    from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+    async for attempt in AsyncRetrying(
+            retry=retry_if_exception(is_transient), stop=stop_after_delay(within_s), reraise=True,
+            wait=wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1),
+            before_sleep=lambda rs: log.warning("%s failed (%s); trying again", what,
+                                                describe(rs.outcome.exception()))):
+        with attempt:
+            return await fn()

@@ -32,7 +32,7 @@ from ..common.bus import Bus, decode_event, follow
 from ..common.cluster_config import ClusterConfig
 from ..common.ids import ended_id
 from ..common.settings import Settings
-from ..common.supervise import is_transient
+from ..common.supervise import is_transient, retry_transient
 from ..common.telemetry import extract_context, setup_telemetry
 
 log = logging.getLogger("timeshare.executor")
@@ -112,7 +112,8 @@ class Executor:
 
         from ..placement.service import read_snapshot
 
-        snap = await read_snapshot(self.bus, self.cluster)
+        snap = await retry_transient(f"reading placement's snapshot of {self.cluster}",
+                                     lambda: read_snapshot(self.bus, self.cluster))
         if snap is None:
             return 1
         state = snap["state"]
