@@ -16,6 +16,15 @@ def client(stack, token: str = "tok-carol") -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=stack["gateway"].url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
 
 
+async def all_completed(http, wids) -> bool:
+    """Every workload of ``wids`` shows ``completed`` through the gateway."""
+    for wid in wids:
+        r = await http.get(f"/v1/workloads/{wid}")
+        if r.status_code != 200 or r.json()["state"] != "completed":
+            return False
+    return True
+
+
 async def log_events(bus, cluster: str) -> list[ev.Event]:
     out: list[ev.Event] = []
     await bus.replay(subjects.LOG_STREAM, subjects.log_filter(cluster), lambda m: out.append(ev.decoder.decode(m.data)))

@@ -14,7 +14,7 @@ from services.placement import view
 from timeshare import events as ev
 from timeshare.workload import WorkloadSpec
 
-from .helpers import client, log_events, of_type, replay_state, wait_for
+from .helpers import all_completed, client, log_events, of_type, replay_state, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -22,14 +22,6 @@ pytestmark = pytest.mark.integration
 def body(i: int) -> dict:
     return {"project": "alpha/train" if i % 2 else "beta/debug", "gpu_type": "H100", "gpus": 1,
             "work_s": 1, "min_runtime_s": 0, "resumable": True, "id": f"f{i:02d}"}
-
-
-async def _completed(http, wids) -> bool:
-    for wid in wids:
-        r = await http.get(f"/v1/workloads/{wid}")
-        if r.status_code != 200 or r.json()["state"] != "completed":
-            return False
-    return True
 
 
 async def test_a_forgotten_id_is_refused_by_the_gateway_and_a_replay_takes_one_reused_behind_its_back(make_settings):
@@ -43,7 +35,7 @@ async def test_a_forgotten_id_is_refused_by_the_gateway_and_a_replay_takes_one_r
         async with client(stack) as http:
             first = {**body(0), "id": "again"}
             assert (await http.post("/v1/workloads", json=first)).status_code == 202
-            await wait_for(lambda: _completed(http, ["again"]), 30, what="'again' completed")
+            await wait_for(lambda: all_completed(http, ["again"]), 30, what="'again' completed")
             placement = stack["placement"]
             submitted = []
 
@@ -69,7 +61,7 @@ async def test_a_forgotten_id_is_refused_by_the_gateway_and_a_replay_takes_one_r
             r = await http.get("/v1/workloads/again/explain")
             assert r.status_code == 200, r.text
             assert r.json()["state"] == "completed" and r.json()["summary"] == "Completed."
-            await wait_for(lambda: _completed(http, submitted), 30, what="the rest completed")
+            await wait_for(lambda: all_completed(http, submitted), 30, what="the rest completed")
 
             # a new leader starts from the snapshot, which no longer holds it; a full replay
             # keeps it (ended): both hold the same live state

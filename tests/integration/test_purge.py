@@ -11,7 +11,7 @@ from services.devstack.stack import Stack
 from services.placement import view
 from timeshare import events as ev
 
-from .helpers import client, log_events, of_type, wait_for
+from .helpers import all_completed, client, log_events, of_type, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -19,14 +19,6 @@ pytestmark = pytest.mark.integration
 def body(i: int, work_s: int = 1) -> dict:
     return {"project": "alpha/train" if i % 2 else "beta/debug", "gpu_type": "H100", "gpus": 1,
             "work_s": work_s, "min_runtime_s": i % 2, "resumable": True, "id": f"p{i:02d}"}
-
-
-async def _completed(http, wids) -> bool:
-    for wid in wids:
-        r = await http.get(f"/v1/workloads/{wid}")
-        if r.status_code != 200 or r.json()["state"] != "completed":
-            return False
-    return True
 
 
 async def _true(v) -> bool:
@@ -53,7 +45,7 @@ async def test_after_a_purge_a_new_leader_the_executor_and_the_projections_come_
         bus = stack["gateway"].bus
         async with client(stack) as http:
             await submit_all(http, range(3))
-            await wait_for(lambda: _completed(http, ["p00", "p01", "p02"]), 30, what="p00..p02 completed")
+            await wait_for(lambda: all_completed(http, ["p00", "p01", "p02"]), 30, what="p00..p02 completed")
             last = (await bus.js.stream_info(subjects.LOG_STREAM)).state.last_seq
             await wait_for(lambda: _true(stack["ledger"].last_seq >= last), 20, what="the ledger at the end")
             # the ledger goes away: its durable holds what it has not read
@@ -61,7 +53,7 @@ async def test_after_a_purge_a_new_leader_the_executor_and_the_projections_come_
             ledger_floor = (await bus.js.consumer_info(subjects.LOG_STREAM, f"ledger-{cluster}")).ack_floor.stream_seq
             assert ledger_floor > 1
             await submit_all(http, range(3, 16))
-            await wait_for(lambda: _completed(http, [f"p{i:02d}" for i in range(3, 16)]), 60,
+            await wait_for(lambda: all_completed(http, [f"p{i:02d}" for i in range(3, 16)]), 60,
                            what="p03..p15 completed")
             first = stack["placement"]
             # purged as far as the away ledger allows, no further
@@ -77,7 +69,7 @@ async def test_after_a_purge_a_new_leader_the_executor_and_the_projections_come_
 
             # more work: now every durable is at the end, the purge follows the snapshots
             await submit_all(http, range(16, 26))
-            await wait_for(lambda: _completed(http, [f"p{i:02d}" for i in range(16, 26)]), 60,
+            await wait_for(lambda: all_completed(http, [f"p{i:02d}" for i in range(16, 26)]), 60,
                            what="p16..p25 completed")
             await wait_for(lambda: _true(first.purged_below > ledger_floor + 1), 20, what="a purge past the first")
             purged_below = first.purged_below
@@ -98,14 +90,14 @@ async def test_after_a_purge_a_new_leader_the_executor_and_the_projections_come_
             await stack.stop_service("executor")
             executor = await stack.start_service("executor")
             assert set(executor.running) >= {"p26", "p27", "p28"} or executor.reported
-            await wait_for(lambda: _completed(http, ["p26", "p27", "p28"]), 60, what="p26..p28 completed")
+            await wait_for(lambda: all_completed(http, ["p26", "p27", "p28"]), 60, what="p26..p28 completed")
 
             # projections restarted after the purge come up from their stored positions
             for name in ("gateway", "budget", "health", "ledger"):
                 await stack.stop_service(name)
                 await stack.start_service(name)
         async with client(stack) as http:
-            assert await _completed(http, [f"p{i:02d}" for i in range(29)])
+            assert await all_completed(http, [f"p{i:02d}" for i in range(29)])
             r = await http.get("/healthz")
             assert r.status_code == 200, r.text
         events = await log_events(stack["gateway"].bus, cluster)  # the first gateway's bus is closed

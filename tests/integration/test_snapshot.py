@@ -8,7 +8,7 @@ from services.common.cluster_config import load_cluster
 from services.devstack.stack import Stack
 from services.placement import view
 
-from .helpers import client, log_events, replay_state, wait_for
+from .helpers import all_completed, client, log_events, replay_state, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -16,14 +16,6 @@ pytestmark = pytest.mark.integration
 def body(i: int) -> dict:
     return {"project": "alpha/train" if i % 2 else "beta/debug", "gpu_type": "H100", "gpus": 1 + i % 2,
             "work_s": 1, "min_runtime_s": i % 2, "resumable": True, "id": f"s{i:02d}"}
-
-
-async def _completed(http, wids) -> bool:
-    for wid in wids:
-        r = await http.get(f"/v1/workloads/{wid}")
-        if r.status_code != 200 or r.json()["state"] != "completed":
-            return False
-    return True
 
 
 async def test_a_new_leader_loads_the_snapshot_replays_only_the_rest_and_holds_the_same_state(make_settings):
@@ -35,13 +27,13 @@ async def test_a_new_leader_loads_the_snapshot_replays_only_the_rest_and_holds_t
         async with client(stack) as http:
             for i in range(12):
                 assert (await http.post("/v1/workloads", json=body(i))).status_code == 202
-            await wait_for(lambda: _completed(http, [f"s{i:02d}" for i in range(12)]), 60, what="12 completed")
+            await wait_for(lambda: all_completed(http, [f"s{i:02d}" for i in range(12)]), 60, what="12 completed")
             first = stack["placement"]
             await wait_for(lambda: _true(first.snapshot_seq > 0), 10, what="a snapshot")
             snapshot_seq = first.snapshot_seq
             for i in range(12, 14):  # after the snapshot
                 assert (await http.post("/v1/workloads", json=body(i))).status_code == 202
-            await wait_for(lambda: _completed(http, ["s12", "s13"]), 30, what="s12, s13 completed")
+            await wait_for(lambda: all_completed(http, ["s12", "s13"]), 30, what="s12, s13 completed")
 
             await stack.stop_service("placement")
             second = await stack.start_service("placement")
@@ -55,7 +47,7 @@ async def test_a_new_leader_loads_the_snapshot_replays_only_the_rest_and_holds_t
             assert second.snapshot_seq >= snapshot_seq
             # and it goes on scheduling, with decision ids of its own
             assert (await http.post("/v1/workloads", json=body(14))).status_code == 202
-            await wait_for(lambda: _completed(http, ["s14"]), 30, what="s14 completed")
+            await wait_for(lambda: all_completed(http, ["s14"]), 30, what="s14 completed")
             ids = [e.event_id for e in await log_events(bus, settings.cluster)]
             assert len(ids) == len(set(ids))
     finally:
