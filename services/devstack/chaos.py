@@ -214,6 +214,19 @@ class Chaos:
         self.nats.stop()
         self.pg.stop()
 
+    def log_tails(self, lines: int = 30) -> str:
+        """The last lines of every process's log: what a failed run prints (CI keeps no files)."""
+        out = []
+        for pid, path in self.log_of.items():
+            try:
+                with open(path, errors="replace") as f:
+                    tail = f.readlines()[-lines:]
+            except OSError:
+                continue
+            out.append(f"--- {os.path.basename(path)} (pid {pid}), last {len(tail)} lines ---")
+            out.extend(line.rstrip("\n") for line in tail)
+        return "\n".join(out)
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.settings.http_port}"
@@ -300,9 +313,17 @@ class Chaos:
         return result
 
     async def _leader_proc(self, bus: Bus):
-        """The placement process that leads (its log says "placement <instance> leads")."""
-        msg = await bus.nc.request(subjects.query_subject(self.config.name, "digest"), b"{}", timeout=5)
-        leader = json.loads(msg.data)["instance"]
+        """The placement process that holds the lease (its log says "placement <instance> leads").
+
+        The lease is asked, not the leader's digest query: a query goes unanswered while no
+        instance leads (a term changing hands on a slow machine), and one unanswered request
+        once failed the whole run before any fault was injected."""
+        async def holder():
+            kv = await bus.js.key_value(subjects.LEASE_BUCKET)
+            entry = await kv.get(f"placement.{self.config.name}")
+            return entry.value.decode() if entry.value else None
+
+        leader = await self._until(holder, 60, "a placement instance to hold the lease")
         for proc in (self.procs["placement"], self.standby):
             path = self.log_of.get(proc.pid, "")
             if proc.poll() is None and os.path.exists(path) and f"placement {leader} leads" in open(path).read():
@@ -471,6 +492,9 @@ def main(argv=None) -> int:
     chaos.start_servers()
     try:
         result = asyncio.run(chaos.run(faults))
+    except BaseException:
+        print(chaos.log_tails(), file=sys.stderr)
+        raise
     finally:
         chaos.stop_all()
         if not args.keep:

@@ -35,6 +35,9 @@ async def test_nats_postgres_and_service_kills_under_a_steady_flow_lose_and_dupl
     chaos.start_servers()
     try:
         result = await chaos.run(["nats", "postgres", "placement", "ledger"])
+    except BaseException:
+        print(chaos.log_tails())  # CI keeps no files: what each process said last
+        raise
     finally:
         chaos.stop_all()
     report(result)  # the numbers, for whoever reads the test log (-s)
@@ -42,6 +45,7 @@ async def test_nats_postgres_and_service_kills_under_a_steady_flow_lose_and_dupl
         shutil.rmtree(workdir, ignore_errors=True)
     else:  # every process's log, for whoever investigates
         print(f"chaos logs kept in {workdir}")
+        print(chaos.log_tails())
     assert result.accepted > 0 and [f.fault for f in result.faults] == ["nats", "postgres", "placement", "ledger"]
     for f in result.faults:  # each recovered by itself (the harness waits up to 120 s)
         assert f.scheduling_resumed_s is not None, f"scheduling never resumed after {f.fault}"
@@ -63,6 +67,9 @@ async def test_on_a_three_node_nats_cluster_killing_the_log_leader_loses_nothing
     chaos.start_servers()
     try:
         result = await chaos.run(["nats"])
+    except BaseException:
+        print(chaos.log_tails())
+        raise
     finally:
         chaos.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
