@@ -262,6 +262,10 @@ class Placement:
         self.snapshot_seq = 0
         #: the log of this cluster holds nothing below this sequence (purged by this instance)
         self.purged_below = 0
+        #: durable -> the first log sequence it still needs, for each durable that held the last
+        #: purge below what the snapshots cover (in /healthz: an operator sees who keeps the log)
+        self.purge_held_by: dict[str, int] = {}
+        self._purge_warned: dict[str, int] = {}
         self.since_snapshot = 0
         self.snapshot_task: asyncio.Task | None = None
         self.rebuilds = 0
@@ -307,6 +311,7 @@ class Placement:
         return {"ok": self.bus.nc.is_connected, "leader": self.instance, "log_seq": self.last_log_seq,
                 "terms": self.terms, "terms_lost": self.terms_lost, "consumers": {"inbox": inbox},
                 "replayed_at_start": self.replayed, "snapshot_seq": self.snapshot_seq,
+                "purge": {"purged_below": self.purged_below, "held_by": self.purge_held_by},
                 "stats": self.stats}
 
     async def stop(self, release_lease: bool = True) -> None:
@@ -622,6 +627,7 @@ class Placement:
         projection has not read and acknowledged. A durable that cannot be asked (missing, or
         being re-created) stops the purge: it may need anything."""
         keep_from = covered_seq + 1
+        held_by: dict[str, int] = {}
         for durable in self._log_durables():
             try:
                 info = await self.bus.js.consumer_info(subjects.LOG_STREAM, durable)
@@ -632,10 +638,15 @@ class Placement:
             # starts after its ack floor when it holds unacked messages, after what it was last
             # sent when messages wait for it, and nowhere when it has read all there is (what
             # comes next lands above anything purged here)
+            needs = None
             if info.num_ack_pending:
-                keep_from = min(keep_from, (info.ack_floor.stream_seq if info.ack_floor else 0) + 1)
+                needs = (info.ack_floor.stream_seq if info.ack_floor else 0) + 1
             elif info.num_pending:
-                keep_from = min(keep_from, (info.delivered.stream_seq if info.delivered else 0) + 1)
+                needs = (info.delivered.stream_seq if info.delivered else 0) + 1
+            if needs is not None and needs <= covered_seq:
+                held_by[durable] = needs
+                keep_from = min(keep_from, needs)
+        self._note_held_purge(held_by)
         if keep_from <= max(self.purged_below, 1):
             return keep_from  # nothing new to drop
         # the mark first: a leader running other code must not replay a log that is no longer whole
@@ -646,6 +657,19 @@ class Placement:
         self.stats["purged_below"] = keep_from
         log.info("log of %s purged below seq %d", self.cluster, keep_from)
         return keep_from
+
+    def _note_held_purge(self, held_by: dict[str, int]) -> None:
+        """A durable that needs the same sequence at two purges in a row has read nothing
+        between two snapshots: its projection is away or stuck, and the log grows behind it
+        (safe: nothing it needs is dropped). Said once per durable and position, not per purge."""
+        for durable, needs in held_by.items():
+            if self.purge_held_by.get(durable) == needs:
+                if self._purge_warned.get(durable) != needs:
+                    log.warning("log of %s: durable %s has read nothing since seq %d; the log is kept from "
+                                "there (snapshot covers seq %d). Is its projection running?",
+                                self.cluster, durable, needs, self.snapshot_seq)
+                    self._purge_warned[durable] = needs
+        self.purge_held_by = held_by
 
     # -- the loop ---------------------------------------------------------------------------
     def _now_ms(self) -> int:

@@ -4,6 +4,8 @@ a projection that was away keeps everything it has not read."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from services.common import subjects
@@ -36,7 +38,7 @@ async def submit_all(http, ids, work_s: int = 1) -> None:
         assert r.status_code == 202, r.text
 
 
-async def test_after_a_purge_a_new_leader_the_executor_and_the_projections_come_up_right(make_settings):
+async def test_after_a_purge_a_new_leader_the_executor_and_the_projections_come_up_right(make_settings, caplog):
     settings = make_settings(snapshot_every=15)
     assert settings.purges_log  # PostgreSQL stores: "auto" purges
     cluster = settings.cluster
@@ -59,6 +61,17 @@ async def test_after_a_purge_a_new_leader_the_executor_and_the_projections_come_
             # purged as far as the away ledger allows, no further
             await wait_for(lambda: _true(first.snapshot_seq and first.purged_below == ledger_floor + 1), 20,
                            what="a purge held at the away ledger's ack floor")
+            # the operator sees who holds the log: in placement's health, and once in its log
+            # when a second purge finds the ledger where the first left it
+            durable = f"ledger-{cluster}"
+            assert first.purge_held_by == {durable: ledger_floor + 1}
+            r = await http.get("/healthz")
+            assert r.json()["services"]["placement"]["purge"]["held_by"] == {durable: ledger_floor + 1}
+            with caplog.at_level(logging.WARNING, logger="timeshare.placement"):
+                await first._purge_log(first.snapshot_seq)
+                await first._purge_log(first.snapshot_seq)
+            said = [rec.getMessage() for rec in caplog.records if durable in rec.getMessage()]
+            assert len(said) == 1 and f"has read nothing since seq {ledger_floor + 1}" in said[0], said
             # the ledger comes back from its stored position and misses nothing
             ledger = await stack.start_service("ledger")
             last = (await bus.js.stream_info(subjects.LOG_STREAM)).state.last_seq
