@@ -175,6 +175,14 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     assert "fair_share" in reason and "newcomer" in reason and "top of the tree" in reason
     ratios = await page.locator('#reason tr[data-field="preemptor_ratio / victim_ratio"] td').all_inner_texts()
     assert len(ratios) == 2 and float(ratios[0]) < float(ratios[1])  # the victim's side used more
+    # the candidates the decision spared, one row each, as the reason holds them (the other hog)
+    async with client(stack, "tok-alice") as alice:
+        spared = (await alice.get(f"/v1/workloads/{victim}")).json()["last_reason"]["rejected"]
+    assert spared and {c["workload_id"] for c in spared} == {"hog-0", "hog-1"} - {victim}
+    rows = page.locator("#spared tbody tr")
+    assert [await r.get_attribute("data-workload") for r in await rows.all()] == [c["workload_id"] for c in spared]
+    assert [await r.get_attribute("data-reason") for r in await rows.all()] == [c["reason"] for c in spared]
+    assert spared[0]["message"] in await rows.first.inner_text()
     history = [await r.get_attribute("data-event") for r in await page.locator("#history tbody tr").all()]
     assert history[:2] == ["workload.submitted", "workload.started"] and "workload.preempted" in history
     assert await page.locator("#timeline .mark").count() == 1  # one preemption, one red mark

@@ -371,6 +371,7 @@ async function renderWorkload(main, id) {
     last ? el("h2", {}, "Last preemption") : null,
     last ? el("p", { id: "last-preemption" }, last.message || "") : null,
     last ? reasonTable(last, id, doc.project) : null,
+    last ? sparedTable(last) : null,
     el("h2", {}, "Timeline"),
     el("div", { class: "timeline", id: "timeline" }, segs),
     el("table", { id: "history" },
@@ -407,6 +408,25 @@ function reasonTable(r, victimId, victimProject) {
       r.hysteresis === null || r.hysteresis === undefined ? null : one("hysteresis", "hysteresis", v(r.hysteresis)),
       one("victim protected until", "victim_protected_until_ms", r.victim_protected_until_ms ? utc(r.victim_protected_until_ms) : "– (no protection)"),
       r.node ? one("node", "node", v(r.node)) : null));
+}
+
+// the running workloads the victim search looked at and did not take, closest call first, each
+// with the rule or the step of the search that spared it (the reason's own codes and sentence)
+function sparedTable(r) {
+  const rows = r.rejected || [];
+  if (!rows.length) return null;
+  const considered = r.considered || rows.length;  // counts every one spared; rows keep the closest
+  const more = considered - rows.length;
+  return el("div", { id: "spared" },
+    el("h3", {}, "Spared candidates"),
+    el("p", { class: "muted" }, `${considered} other running workload${considered === 1 ? " was" : "s were"} considered and spared` +
+      (more > 0 ? `; the ${rows.length} closest calls (${more} more not kept)` : "") + ":"),
+    el("table", {},
+      el("thead", {}, el("tr", {}, ["workload", "project", "GPUs", "node", "why spared", "detail"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows.map((c) => el("tr", { "data-workload": c.workload_id, "data-reason": c.reason },
+        el("td", {}, el("a", { href: `/ui/workloads/${encodeURIComponent(c.workload_id)}` }, c.workload_id)),
+        el("td", {}, c.project), el("td", { class: "num" }, c.gpus), el("td", {}, c.node),
+        el("td", {}, c.reason), el("td", {}, c.message || ""))))));
 }
 
 function waterfall(tr) {
