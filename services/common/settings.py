@@ -47,6 +47,11 @@ class Settings:
     lease_ttl_s: float = 5.0
     #: placement runs a pass at least this often even without events (ratios move with time)
     pass_interval_s: float = 30.0
+    #: completions first: a workload protected to the end of its declared work ends when its
+    #: protection ends; placement defers its pass up to this long after that end for the
+    #: executor's report, instead of preempting the workload as it completes (0 = off;
+    #: services/placement/completions.py)
+    completion_grace_s: float = 1.0
     #: executor kind: "simulated" (work_s x time_scale seconds) or "process" (runs spec.command)
     executor: str = "simulated"
     time_scale: float = 1.0

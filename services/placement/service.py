@@ -508,6 +508,9 @@ class Placement:
                                         name=self.cluster, id_prefix=prefix)
             self.applied_ids, self.ids_of = set(), {}
             start = 1
+        # completions first on the wall clock (SchedulerState.completion_grace_s); on a manual
+        # clock the driver advances the executor, whose reports come in, before it ticks
+        self.state.completion_grace_s = 0 if self.clock.manual else self.settings.completion_grace_s
         self.snapshot_seq = self.loaded_snapshot_seq = start - 1
         self.since_snapshot = 0
         n = 0

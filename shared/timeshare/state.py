@@ -122,6 +122,11 @@ class SchedulerState:
         self.pass_seq: dict[str, int] = {}
         self.tree_changed = False
         self.last_event_ms = 0
+        #: completions first, live: work whose minimum runtime covers all its remaining work is
+        #: protected this much longer, so that the moment it ends by itself is not also the
+        #: moment it may be taken (see ``started``). 0 in the simulator, which orders
+        #: completions before wake-ups within one moment and so never needs it.
+        self.completion_grace_s: Seconds = 0
 
     # -- ids and time ---------------------------------------------------------------------
     def next_event_id(self) -> str:
@@ -219,6 +224,15 @@ class SchedulerState:
         else:
             allocated = runs_allocated(w.spec.min_runtime_s, self.tree.nodes[w.leaf].fraction)
             until = now_s + w.spec.min_runtime_s if allocated else None
+            if until is not None and self.completion_grace_s > 0 and \
+                    w.spec.min_runtime_s >= w.spec.work_s - w.progress_s:
+                # protected to its declared end: the live executor reports that end a NATS
+                # round trip after placement's own wake-up for the protection's end, and a
+                # pass in between would take work that is completing (all of it lost when it
+                # is not resumable). The grace keeps it protected until the report arrives
+                # (the simulator's order); a process that runs past its declared work is
+                # protected for the grace only.
+                until += self.completion_grace_s
         return ev.WorkloadStarted(
             event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, workload_id=w.id,
             project=w.leaf, gpu_type=w.gpu_type, gpus=w.gpus, placement=placement, allocated=allocated,
