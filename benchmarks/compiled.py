@@ -41,7 +41,7 @@ BUILDS = ROOT / ".build" / "mypyc"
 #: the modules compiled, by dotted name under ``timeshare``: the scheduling core that a
 #: simulation spends its time in, and the simulator's loop and metrics (every moment and every
 #: event pass through them); scenario reading and the msgspec events stay Python
-MODULES = ["units", "caches", "tree", "window", "queue", "fairshare", "rules", "cluster", "state", "placement", "reservation",
+MODULES = ["units", "caches", "tree", "window", "queue", "fairshare", "rules", "cluster", "state", "placement", "victims", "reservation",
            "scheduler", "drains", "baseline", "fifo", "sim.metrics", "sim.engine"]
 #: names the C extension group (``timeshare_core__mypyc...so`` next to the package)
 GROUP = "timeshare_core"

@@ -39,7 +39,7 @@ class RejectedCandidate(msgspec.Struct, frozen=True, kw_only=True, gc=False, omi
     #: its node (a gang's first node)
     node: str
     #: ``protected``, ``non_preemptible``, ``same_leaf``, ``only_unallocated``, ``beyond_due_share``,
-    #: ``not_above_due_share``, ``used_less_of_window``, ``no_window_credit``, ``subtree_cap``,
+    #: ``not_above_due_share``, ``no_cascade``, ``subtree_cap``,
     #: ``not_richer``, ``reserved_node``, ``node_unavailable``, ``node_short``, ``subtree_cap_on_node``,
     #: ``gang_node_held``, ``cheaper_on_node``, ``ranked_lower``, ``not_eligible``
     reason: str
@@ -84,8 +84,8 @@ class PreemptionReason(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     hysteresis: float | None = None
     node: str | None = None
     #: the rule that allowed it: ``due_share`` (the victim's subtree ran above its due share and
-    #: ends no lower than the preemptor's), ``window_credit`` (the preemptor's leaf had not used
-    #: its share of the window), ``unallocated`` (the victim ran on unallocated time)
+    #: ends no lower than the preemptor's), ``unallocated`` (the victim ran on unallocated time);
+    #: ``window_credit`` appears only in logs written before that rule was folded into the due share
     rule: str | None = None
     #: the victim's protection ended here (ms; None: it had none)
     victim_protected_until_ms: int | None = None

@@ -5,7 +5,7 @@ preemption records ... the candidates rejected and why").
 Run only when a policy is asked for it (``BudgetPolicy(explain_rejected=True)``: the live
 placement; the simulator leaves it off and its events do not change), at the moment of the
 decision, before the pass applies it: the fills, protections and nodes are the ones the search
-saw. It decides nothing and repeats no rule: it asks the scheduler's own ``_VictimRules`` whether
+saw. It decides nothing and repeats no rule: it asks the victim rules' own ``VictimRules`` (victims.py) whether
 a workload may go (``may_preempt``), the rule functions of rules.py which condition refused it,
 and placement.find_victims what its node could have given; rules.node_rank says which node won.
 
@@ -34,13 +34,12 @@ from . import events as ev
 from .cluster import Node, Pool
 from .durations import format_duration_s
 from .placement import find_victims, lost_gpu_s
-from .rules import (above_due_share, credit_allows, node_rank, room_by_depth, runs_allocated, used_less_of_window,
-                    used_more_of_window_than_with)
+from .rules import above_due_share, node_rank, room_by_depth, runs_allocated
 from .state import SchedulerState, Workload
 from .units import Seconds
 
 if TYPE_CHECKING:
-    from .scheduler import _VictimRules
+    from .victims import VictimRules
 
 #: rejected candidates a decision keeps (the closest calls; ``considered`` counts them all)
 SHOWN = 6
@@ -79,7 +78,7 @@ def window_name(window_s: int) -> str:
 
 
 def rejected_candidates(state: SchedulerState, pool: Pool, w: Workload, victims: list[Workload], nodes: list[Node],
-                        rules: "_VictimRules", exclude: frozenset[int], reserved_for: str | None,
+                        rules: "VictimRules", exclude: frozenset[int], reserved_for: str | None,
                         hysteresis: float, fair: bool, free_limit: int = -1,
                         shown: int = SHOWN) -> tuple[int, tuple[ev.RejectedCandidate, ...]]:
     """The running workloads of ``pool`` other than ``victims`` that the decision to preempt
@@ -112,7 +111,7 @@ class _Context:
                  "fair", "free_limit", "view", "tree", "now_s", "splits", "rooms", "chosen_lost", "window", "plans")
 
     def __init__(self, state: SchedulerState, pool: Pool, w: Workload, victims: list[Workload], nodes: list[Node],
-                 rules: "_VictimRules", exclude: frozenset[int], reserved_for: str | None, hysteresis: float,
+                 rules: "VictimRules", exclude: frozenset[int], reserved_for: str | None, hysteresis: float,
                  fair: bool, free_limit: int):
         self.state = state
         self.pool = pool
@@ -176,40 +175,41 @@ class _Context:
         numbers: dict[str, object] = {"subtree": b, "fill": _num(fill_b), "ratio": _num(ratio_b),
                                       "due_gpus": _num(due_b, 3), "preemptor_fill": _num(fill_a),
                                       "preemptor_ratio": _num(ratio_a)}
-        eligible = self.rules.victims_of.get(v.leaf)
-        if eligible is not None:  # its subtree may lose GPUs, fewer than it holds
-            may_lose = max(eligible[2], eligible[4])
+        limit = self.rules.victims_of.get(v.leaf)
+        if limit is not None:  # its subtree may lose GPUs, fewer than it holds
+            may_lose = limit.cap_gpus
             return _Verdict(2, v.gpus - may_lose, self._candidate(
                 v, "subtree_cap", f"{b} may lose at most {may_lose} GPUs to {w.id} and still run no less of its due "
                                   f"share than {a} (at {_pct(fill_a)} with the request); {v.id} holds {v.gpus}",
                 may_lose_gpus=may_lose, **numbers))
-        within = gpus <= room
-        credit = credit_allows(view, self.tree, w.leaf, depth, gpus, w.min_runtime_s)
-        if not within and not credit:
+        if self.state.lost_at_ms.get(w.leaf) == self.state.ms(self.now_s):
+            return _Verdict(3, 0, self._candidate(
+                v, "no_cascade", f"{w.leaf} lost work to another team's request at this instant: it preempts "
+                                 f"nothing now (it looks again a second later)", **numbers))
+        if gpus > room:
             within_what = "already runs at least its due share" if room <= 0 else \
                 f"may take {room:.1f} GPUs within its due share"
             return _Verdict(3, gpus - room, self._candidate(
-                v, "beyond_due_share", f"{a} {within_what} and has no window credit left, so {w.id} ({gpus} GPUs) "
-                                       f"may take nothing of {b}",
+                v, "beyond_due_share", f"{a} {within_what}, so {w.id} ({gpus} GPUs) may take nothing of {b}",
                 **numbers))
         if not above_due_share(view, bi, h):
             return _Verdict(3, 1.0 + h - fill_b, self._candidate(
                 v, "not_above_due_share", f"{b} runs {_pct(fill_b)} of its due share ({view.running_at(bi)} of "
                                           f"{due_b:.1f} GPUs), not above it by more than the hysteresis {h}",
                 **numbers))
-        if within and used_less_of_window(view, ai, bi, h):
-            return _Verdict(3, ratio_a - ratio_b - h, self._candidate(
-                v, "used_less_of_window", f"{b} used less of its {self.window} share (usage ratio {ratio_b:.2f}) "
-                                          f"than {a} ({ratio_a:.2f}), by more than the hysteresis {h}",
-                **numbers))
-        if credit and not used_more_of_window_than_with(view, ai, bi, gpus, w.min_runtime_s, h):
-            with_request = view.ratio_with_at(ai, gpus, w.min_runtime_s)
-            return _Verdict(3, with_request + h - ratio_b, self._candidate(
-                v, "no_window_credit", f"{w.id} is owed only by window credit, and {b} has not used more of its "
-                                       f"{self.window} share (usage ratio {ratio_b:.2f}) than {a} would with it "
-                                       f"({with_request:.2f}) by more than the hysteresis {h}",
-                **numbers))
-        return _Verdict(5, 0, self._candidate(v, "not_eligible", "the victim rules refused it", **numbers))
+        path = self.tree.path_index[v.leaf]
+        for d in range(depth + 1, len(path)):
+            i = path[d]
+            if not above_due_share(view, i, h):
+                inner = self.tree.node_paths[i]
+                return _Verdict(3, 1.0 + h - view.fill_at(i), self._candidate(
+                    v, "not_above_due_share", f"{inner} runs {_pct(view.fill_at(i))} of its due share "
+                                              f"({view.running_at(i)} of {view.due_at(i):.1f} GPUs), not above it by "
+                                              f"more than the hysteresis {h}: work within its due share is never taken",
+                    **numbers))
+        return _Verdict(2, v.gpus, self._candidate(
+            v, "subtree_cap", f"{b} would end below {a} (at {_pct(fill_a)} with the request) after losing any of it",
+            may_lose_gpus=0, **numbers))
 
     def _refused_unallocated(self, v: Workload) -> _Verdict:
         w = self.w
@@ -222,9 +222,11 @@ class _Context:
         hysteresis = self.state.config.unallocated_hysteresis
         total_a = self.view.total_fill(a, w.gpus)
         total_b = self.view.total_fill(b)
-        return _Verdict(3, total_a + hysteresis - total_b, self._candidate(
-            v, "not_richer", f"{b} runs {_pct(total_b)} of its due share in all, not more than {a} would with "
-                             f"{w.id} ({_pct(total_a)}) by the hysteresis {hysteresis}",
+        before_a = self.view.total_fill(a)
+        return _Verdict(3, before_a + hysteresis - total_b, self._candidate(
+            v, "not_richer", f"{b} runs {_pct(total_b)} of its due share in all: not more than {a} "
+                             f"({_pct(before_a)}) by the hysteresis {hysteresis}, or it would end below {a} "
+                             f"with {w.id} ({_pct(total_a)})",
             subtree=b, fill=_num(total_b), preemptor_fill=_num(total_a)))
 
     # -- allowed by the rules, spared by the search --------------------------------------------

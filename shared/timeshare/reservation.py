@@ -24,10 +24,13 @@ from .queue import LeafQueue
 from .fairshare import FairShareView
 from .state import SchedulerState
 from .units import Seconds
+from .victims import VictimLimit
 
 
 class Reservation(NamedTuple):
     workload_id: str
+    #: the gang's leaf: requests of leaves that stand before it are not kept off the nodes
+    leaf: str
     nodes: frozenset[int]
     until_s: Seconds
 
@@ -57,7 +60,7 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
         if len(ready) < need:
             continue
         chosen = ready[:need]
-        return Reservation(head[2], frozenset(i for _, _, i in chosen), max(t for t, _, _ in chosen))
+        return Reservation(head[2], leaf, frozenset(i for _, _, i in chosen), max(t for t, _, _ in chosen))
     return None
 
 
@@ -84,14 +87,11 @@ def _pending_gangs(state: SchedulerState, pool: Pool,
     return heads
 
 
-def _may_go(gpus: int, limit: tuple | None) -> bool:
-    """Whether a workload of ``gpus`` GPUs past its protection may go for the gang, by the
-    (subtrees, cap, smallest whole, credit cap) its victim search would apply (the cap counts
-    each workload alone here: the search itself checks the sum)."""
-    if limit is None:
-        return False
-    cap, whole, credit = limit[2], limit[3], limit[4]
-    return gpus <= cap or 0 < whole <= gpus or gpus <= credit
+def _may_go(gpus: int, limit: VictimLimit | None) -> bool:
+    """Whether a workload of ``gpus`` GPUs past its protection may go for the gang, by the limit
+    its victim search would apply (the cap counts each workload alone here: the search itself
+    checks the sum)."""
+    return limit is not None and gpus <= limit.cap_gpus
 
 
 def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: Seconds,

@@ -11,19 +11,15 @@ them changes when GPUs move from b to a, so that level is the one compared.
   every level gains; taking GPUs from b, only the levels from a down gain. (A single root, or a
   busy program, is always at its due share: asking there too left a small team under a busy
   program with no way to be served.)
-* **Victim eligibility** (:func:`victim_cap_gpus`): allocated work of b past its minimum runtime
-  may go when b runs above its due share by more than the hysteresis, and after losing it b
-  still does not run less of its due share than a with the request (Kueue's "less than or equal
-  to final share"): b's fill stays at least a's, or, when the request keeps a within its due
-  share, at least b's own due share; a workload larger than b's whole due share may go in any
-  case (it could never take GPUs back). A preempted gang's subtree therefore never
-  ends below the subtree that took its GPUs, so it cannot take them back, and a subtree left
-  at or above its due share has no request within its due share to start a chain with.
-* **Window credit** (:func:`credit_allows`, :func:`credit_victim_cap_gpus`): a request larger
-  than its leaf's due share now is still served when the leaf has not used its share of the
-  window even counting the request over its minimum runtime; it may take from subtrees above
-  their due share that have used more of their window share. Fair share never takes from a
-  subtree that has used less of its window share than the requester's (by the hysteresis).
+* **Victim eligibility** (:func:`victim_cap_gpus`, :func:`above_due_share_down`): allocated
+  work past its minimum runtime may go when b runs above its due share by more than the
+  hysteresis, so does every level from b down to the victim's leaf, and after the loss b's
+  fill stays at least a's with the request (Kueue's "less than or equal to final share"). No
+  exception and no second path (the window's memory is in the due share already): a preempted
+  subtree never ends below the one that took its GPUs, so it cannot take them back.
+* **No cascade** (scheduler.py, ``SchedulerState.lost_at_ms``): a leaf that lost work to
+  another leaf's request preempts nothing at that instant (an allocated request taking
+  unallocated work, which the contract allows at any time, aside).
 * **Victim order** (:func:`victim_cost`, :func:`node_rank`): unallocated work first; then the
   least progress lost (GPU-seconds: an 8-GPU gang loses eight times a 1-GPU workload's per
   second); then the fewest GPUs freed beyond the request (on any node); then the subtree
@@ -48,7 +44,6 @@ from .units import Seconds
 NONE: int = -1
 #: the rule that let a fair-share preemption happen, as its reason names it
 RULE_DUE_SHARE = "due_share"
-RULE_CREDIT = "window_credit"
 RULE_UNALLOCATED = "unallocated"
 
 
@@ -88,72 +83,34 @@ def above_due_share(view: FairShareView, bi: int, hysteresis: float) -> bool:
     return view.fill_at(bi) > 1.0 + hysteresis
 
 
-def used_less_of_window(view: FairShareView, ai: int, bi: int, hysteresis: float) -> bool:
-    """Whether subtree ``bi`` used less of its window share than its sibling ``ai``, by the
-    hysteresis: then the due-share rule takes nothing of b for a's sake."""
-    return view.ratio_at(bi) + hysteresis < view.ratio_at(ai)
-
-
-def used_more_of_window_than_with(view: FairShareView, ai: int, bi: int, gpus: int, min_runtime_s: int,
-                                  hysteresis: float) -> bool:
-    """Whether subtree ``bi`` used more of its window share than ``ai`` will have with a request of
-    ``gpus`` GPUs over ``min_runtime_s``, by more than the hysteresis (the window-credit order)."""
-    return view.ratio_at(bi) > view.ratio_with_at(ai, gpus, min_runtime_s) + hysteresis
-
-
-def victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, hysteresis: float) -> tuple[int, int]:
-    """Which allocated work past its minimum runtime of sibling subtree ``bi`` a request of
-    ``gpus`` GPUs from subtree ``ai`` may preempt, as (the most GPUs b may lose in all, the
-    smallest workload that may go whatever that cap): ``(NONE, NONE)`` for none.
-
-    b must run above its due share by more than the hysteresis now. Then it may lose GPUs as
-    long as its fill stays at least a's fill with the request, or, when the
-    request keeps a within its due share, at least 1 (its own due share). (The hysteresis guards
-    the first condition: a b just above its due share is left alone.) And a workload larger
-    than b's whole due share may go whatever b keeps: it could never take GPUs back (no request
-    larger than a due share counts as within it), so the cap would only starve a request within
-    its due share where gangs are large for the shares (three teams of 5 GPUs on 8-GPU nodes)."""
-    if not above_due_share(view, bi, hysteresis):
-        return NONE, NONE
-    if used_less_of_window(view, ai, bi, hysteresis):
-        return NONE, NONE  # b has used less of its window share: it is not taken from for a's sake
-    fill_a = view.fill_at(ai, gpus)
-    floor_fill = fill_a if fill_a > 1.0 else min(fill_a, 1.0)
-    due_b = view.due_at(bi)
-    # (the tolerance keeps "b ends level with a" from failing on a rounding error)
-    cap = math.floor(view.running_at(bi) - floor_fill * due_b + 1e-9)
-    return (int(cap) if cap > 0 else 0), int(math.floor(due_b)) + 1
-
-
-def credit_allows(view: FairShareView, tree: AllocationTree, leaf: str, depth: int, gpus: int,
-                  min_runtime_s: int) -> bool:
-    """Rule "window credit": a request larger than its due share now is still owed when every
-    level from ``depth`` down to ``leaf`` stays within its share of the window counting the
-    request (its usage ratio, if it ran what it runs now plus the request for the request's
-    minimum runtime, stays at most 1), and runs below its due share now: the overshoot is one
-    request at a time. (A team that used nothing all week may run an 8-GPU
-    debug workload although a tenth of 32 GPUs is 3.2; the window bounds how much.)"""
-    path = tree.path_index[leaf]
+def above_due_share_down(view: FairShareView, path: list[int], depth: int, hysteresis: float) -> bool:
+    """Whether every level of a victim's ``path`` from ``depth`` down to its leaf runs above its
+    due share by more than the hysteresis: work is never taken from a subtree within its due
+    share, at whatever level (taking it would leave that subtree owed GPUs, and its own request
+    would then preempt a sibling: a cascade)."""
     for d in range(depth, len(path)):
-        i = path[d]
-        if view.running_at(i) >= view.due_at(i) or view.ratio_with_at(i, gpus, min_runtime_s) > 1.0:
+        if not above_due_share(view, path[d], hysteresis):
             return False
     return True
 
 
-def credit_victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, min_runtime_s: int,
-                           hysteresis: float) -> tuple[int, int]:
-    """How many GPUs of allocated work past its minimum runtime subtree ``bi`` may lose to a
-    request owed by window credit (:func:`credit_allows`) from sibling ``ai``: any, when b runs
-    above its due share by more than the hysteresis now and has used more of its window share
-    than a will have with the request, by more than the hysteresis (the order Ai2 ranks by); else
-    :data:`NONE`. b cannot take the GPUs back while a's window ratio stays the lower
-    (:func:`victim_cap_gpus` refuses it), so no ping-pong follows."""
+def victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, hysteresis: float) -> int:
+    """The one fair-share preemption rule: how many GPUs of allocated work past its minimum
+    runtime sibling subtree ``bi`` may lose to a request of ``gpus`` GPUs from subtree ``ai``
+    (0: none).
+
+    b must run above its due share by more than the hysteresis now, and after the loss its fill
+    stays at least a's fill with the request (Kueue's "less than or equal to final share"). No
+    exception: a request that this leaves unserved waits for free or unallocated GPUs or for a
+    reservation. Because b ends no lower than a, b's work, requeued, cannot take its GPUs back
+    (it would need a above b), and the potential docs/design/preemption-rules.md names strictly
+    falls with every preemption."""
     if not above_due_share(view, bi, hysteresis):
-        return NONE, NONE
-    if not used_more_of_window_than_with(view, ai, bi, gpus, min_runtime_s, hysteresis):
-        return NONE, NONE
-    return view.running_at(bi), NONE
+        return 0
+    fill_a = view.fill_at(ai, gpus)
+    # (the tolerance keeps "b ends level with a" from failing on a rounding error)
+    cap = math.floor(view.running_at(bi) - fill_a * view.due_at(bi) + 1e-9)
+    return int(cap) if cap > 0 else 0
 
 
 def victim_cost(allocated: bool, lost_gpu_s: Seconds, victim_side_fill: float, workload_id: str) -> tuple:

@@ -7,11 +7,10 @@ fills and due shares come from fairshare.py):
 1. protection: allocated work whose minimum runtime ended becomes preemptible
    (``workload.min_runtime_reached``);
 2. drains: on cordoned nodes, work that may end now is preempted; empty nodes are drained;
-3. per GPU type, allocated requests *within due shares* (rules.room_by_depth) or owed by
-   window credit (rules.credit_allows), the most deserving leaf first (re-picked after every
-   start): start on free GPUs, else preempt the cheapest eligible victims (unallocated work, or
-   allocated work past its minimum runtime that rules.victim_cap_gpus or
-   rules.credit_victim_cap_gpus allows), respecting a gang reservation;
+3. per GPU type, allocated requests *within due shares* (rules.room_by_depth), the most
+   deserving leaf first (re-picked after every start): start on free GPUs, else preempt the
+   cheapest eligible victims (unallocated work, or allocated work past its minimum runtime that
+   the one rule allows: victims.py), respecting a gang reservation that stands before it;
 4. per GPU type, everything else (unallocated requests, allocated requests beyond due
    shares), ordered by all GPUs each subtree runs against its due share; allocated requests
    may preempt any unallocated work (or, with ``unallocated_preemption = "fair"``, their own
@@ -40,11 +39,11 @@ from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .rejected import rejected_candidates, with_rejected
 from .reservation import Reservation, plan_reservation
-from .rules import (NONE, RULE_CREDIT, RULE_DUE_SHARE, RULE_UNALLOCATED, credit_allows, credit_victim_cap_gpus,
-                    room_by_depth, runs_allocated, victim_cap_gpus, victim_cost)
+from .rules import RULE_DUE_SHARE, RULE_UNALLOCATED, room_by_depth, runs_allocated
 from .state import PENDING, SchedulerState, Workload
 from .tree import AllocationTree
 from .units import Seconds
+from .victims import VictimLimit, VictimRules, victims_for
 
 
 def may_end_now(w: Workload, now_s: Seconds) -> bool:
@@ -103,6 +102,11 @@ class BudgetPolicy:
 #: passes of one pool at one instant (see BudgetPolicy.schedule): more would mean a loop
 _MAX_PASSES_PER_INSTANT: Final = 50
 
+#: rule "quick pass": a pass may look only at fresh work when no node changed since the last
+#: full pass and that pass ran less than this long ago (a request entitled by the window's
+#: drift alone waits no longer than this after the next event)
+FULL_PASS_EVERY_S: Final = 60
+
 #: "no request failed yet": larger than any request, an int so that limits stay native ints
 #: when compiled (a GPU count never comes near it)
 _NO_FAILURE: Final = 1 << 60
@@ -121,7 +125,7 @@ class _LeafTurn:
     """A leaf's progress through its queue during one pass."""
 
     __slots__ = ("leaf", "walker", "preempt_fail", "kept_out_fail", "kept_out_seq", "limits_seq", "room", "fit",
-                 "reach_cap", "free_room", "walk_room")
+                 "reach_cap", "free_room")
 
     def __init__(self, leaf: str):
         self.leaf = leaf
@@ -138,7 +142,6 @@ class _LeafTurn:
         self.limits_seq = -1
         self.room: int | float = 0  # the largest request within the leaf's due share (rules.room_by_depth)
         self.free_room: int | float = 0  # ... within the due share of every level: what free GPUs may serve
-        self.walk_room: int | float = 0  # the largest request phase 3 may look at (window credit: any)
         self.fit = 0
         self.reach_cap = -1  # -1: not worked out for this stamp
 
@@ -174,16 +177,19 @@ class _Statement:
 class _Pass:
     """One pass over one pool: what every phase reads, and the rules' helpers bound to it."""
 
-    __slots__ = ("state", "pool", "now_s", "cached", "queues", "view", "out", "statement", "fair", "hysteresis",
-                 "reservation", "active", "headroom_gpus", "explain_rejected")
+    __slots__ = ("state", "pool", "now_s", "now_ms", "cached", "queues", "view", "out", "statement", "fair",
+                 "hysteresis", "reservation", "active", "headroom_gpus", "explain_rejected", "held_back")
 
     def __init__(self, state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool,
                  queues: dict[tuple[str, str, str], LeafQueue], explain_rejected: bool = False):
         self.state = state
         self.pool = pool
         self.now_s = now_s
+        self.now_ms = state.ms(now_s)
         self.cached = cached
         self.queues = queues
+        #: whether rule "no cascade" held a preemption back in this pass
+        self.held_back = False
         #: whether each preemption's reason lists the candidates it did not take (rejected.py)
         self.explain_rejected = explain_rejected
         config = state.config
@@ -198,14 +204,28 @@ class _Pass:
         #: GPUs of the pool that unallocated work leaves free (rule "headroom", config.py)
         self.headroom_gpus = int(config.unallocated_headroom * pool.total_gpus)
 
-    def victims_for(self, leaf: str, gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int, int]]:
-        return _victims_for(self.view, self.state.tree, self.hysteresis, self.fair, leaf, gpus, min_runtime_s)
+    def victims_for(self, leaf: str, gpus: int) -> dict[str, VictimLimit]:
+        return victims_for(self.view, self.state.tree, self.hysteresis, self.fair, leaf, gpus)
+
+    def may_preempt_others(self, leaf: str) -> bool:
+        """Rule "no cascade": a leaf that lost work to another leaf's request at this instant
+        preempts nothing now (but the contract's case: its allocated requests may still take
+        unallocated work). A pass that holds one back asks for another a second later."""
+        if self.state.lost_at_ms.get(leaf) != self.now_ms:
+            return True
+        self.held_back = True
+        return False
 
     def excluded_for(self, w: Workload) -> frozenset[int]:
-        """Reserved nodes, unless ``w`` is the gang or its protection ends by the reservation."""
+        """Reserved nodes, unless ``w`` is the gang, its protection ends by the reservation, or
+        its leaf stands before the gang's where their paths part (rule "reservations obey the
+        order": a reservation never holds GPUs a more deserving leaf could use now)."""
         reservation = self.reservation
         if reservation is None or w.id == reservation.workload_id \
                 or self.now_s + w.min_runtime_s <= reservation.until_s:
+            return frozenset()
+        split = self.state.tree.divergence(w.leaf, reservation.leaf)
+        if split is not None and self.view.key(split[0]) < self.view.key(split[1]):
             return frozenset()
         return reservation.nodes
 
@@ -214,14 +234,14 @@ class _Pass:
             self.active[i] += delta
 
     def rejected(self, w: Workload, victims: list[Workload], nodes: list[Node],
-                 victims_of: dict[str, tuple[str, str, int, int, int]], exclude: frozenset[int],
+                 victims_of: dict[str, VictimLimit], exclude: frozenset[int],
                  unallocated_from: dict[str, tuple[str, str]] | None = None, free_limit: int = -1,
                  ) -> tuple[int, tuple[ev.RejectedCandidate, ...]] | None:
         """The candidates a preemption for ``w`` did not take and why, when asked for (None: not
         asked); from the state as the search saw it, so before the decision is applied."""
         if not self.explain_rejected:
             return None
-        rules = _VictimRules(self.state, self.view, w.leaf, victims_of, unallocated_from, self.now_s)
+        rules = VictimRules(self.state, self.view, w.leaf, victims_of, unallocated_from, self.now_s)
         reservation = self.reservation
         return rejected_candidates(self.state, self.pool, w, victims, nodes, rules, exclude,
                                    reservation.workload_id if reservation is not None and exclude else None,
@@ -232,7 +252,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
                    explain_rejected: bool = False) -> list[ev.Event]:
     """One pass over one pool, in numbered phases (1 and 2 run for the whole cluster first, in
     BudgetPolicy.schedule)."""
-    found = _requests(state, pool)
+    found = _requests(state, pool, now_s)
     if found is None:
         return []
     queues, any_allocated = found
@@ -244,10 +264,17 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     _phase3_within_due_shares(p)
     _phase4_everything_else(p)
     state.pass_seq[pool.gpu_type] = pool.change_seq
+    if p.held_back:
+        # rule "no cascade" held a preemption back: a full pass a second later looks again
+        state.pass_seq.pop(pool.gpu_type, None)
+        retry = now_s + 1
+        if state.retry_at_s is None or retry < state.retry_at_s:
+            state.retry_at_s = retry
     return p.out
 
 
-def _requests(state: SchedulerState, pool: Pool) -> tuple[dict[tuple[str, str, str], LeafQueue], bool] | None:
+def _requests(state: SchedulerState, pool: Pool,
+              now_s: Seconds) -> tuple[dict[tuple[str, str, str], LeafQueue], bool] | None:
     """The queues a pass looks at, and whether any asks for allocated time (None: nothing to
     look at)."""
     gpu_type = pool.gpu_type
@@ -257,14 +284,17 @@ def _requests(state: SchedulerState, pool: Pool) -> tuple[dict[tuple[str, str, s
     # whether any request of this pass asks for allocated time: only those consult the
     # reservation (phase 3, and excluded_for in phase 4)
     any_allocated = True
-    if pool.change_seq == state.pass_seq.get(gpu_type) and not state.tree_changed:
+    last_full_s = state.full_pass_s.get(gpu_type)
+    if pool.change_seq == state.pass_seq.get(gpu_type) and not state.tree_changed \
+            and last_full_s is not None and now_s - last_full_s < FULL_PASS_EVERY_S:
         # rule "quick pass" (Slurm's quick scheduling of new jobs between full passes): when no
         # node of the pool changed since the last pass (no start, stop, end of a protection,
         # cordon or repair) and the tree did not change, the pass looks only at work submitted
         # or requeued since. Everything older was turned down then; it is looked at again at the
-        # next change (fills drift with the window in between, so this is a rule, not a cache:
-        # the reference mode applies it too). A quick pass that preempts changes nodes, so the
-        # pass that follows it at once is a full one.
+        # next change, or at the first pass FULL_PASS_EVERY_S after the last full one (fills
+        # drift with the window in between, so a request may become entitled with no node
+        # changed; this is a rule, not a cache: the reference mode applies it too). A quick pass
+        # that preempts changes nodes, so the pass that follows it at once is a full one.
         queues = {}
         any_allocated = False
         for wid in fresh:
@@ -279,12 +309,14 @@ def _requests(state: SchedulerState, pool: Pool) -> tuple[dict[tuple[str, str, s
         if not queues:
             fresh.clear()
             return None
+    else:
+        state.full_pass_s[gpu_type] = now_s
     fresh.clear()
     return queues, any_allocated
 
 
 def _phase3_within_due_shares(p: _Pass) -> None:
-    """Phase 3: allocated requests within due shares (or owed by window credit), the most
+    """Phase 3: allocated requests within due shares, the most
     deserving leaf first; each starts on free GPUs or preempts the cheapest eligible victims."""
     state, pool, view, statement = p.state, p.pool, p.view, p.statement
     gpu_type = pool.gpu_type
@@ -312,10 +344,11 @@ def _phase3_within_due_shares(p: _Pass) -> None:
         min_gpus = q.min_gpus()
         if min_gpus > fit_limit and min_gpus > open_limit:
             continue  # nothing of this leaf can start, even by preempting
-        if cached and min_gpus > fit_limit and reservation is None and not _credit_possible(view, tree, leaf):
+        if cached and min_gpus > fit_limit and reservation is None:
             memo = state.caches.failed.get((gpu_type, leaf, "in"))
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
-                    and memo.key == (tuple(p.victims_for(leaf, min_gpus).items()), None, None):
+                    and memo.key == (tuple(p.victims_for(leaf, min_gpus).items()) if p.may_preempt_others(leaf)
+                                     else (), None, None):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         p.activate(leaf, 1)
@@ -346,8 +379,8 @@ def _phase3_within_due_shares(p: _Pass) -> None:
         w = workloads[key[2]]
         if w.state != PENDING:
             continue  # a quick pass's copy of a workload that already started
-        if gpus > turn.room and not credit_allows(view, tree, leaf, len(path_index[leaf]) - 1, gpus, w.min_runtime_s):
-            continue  # beyond its due share and its window credit: phase 4's
+        if gpus > turn.room:
+            continue  # beyond its due share: phase 4's
         exclude = p.excluded_for(w)
         if cached and exclude and gpus >= turn.kept_out_fail and turn.kept_out_seq == pool.change_seq:
             # nothing started or stopped since a request of this leaf at most as large, kept
@@ -362,13 +395,15 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             # else beyond the due share of a level above the leaf: free GPUs go to it in phase 4
             continue
         capped: list[bool] = []
-        plan = _preemption_plan(state, pool, view, w, p.victims_for(leaf, gpus, w.min_runtime_s), now_s, exclude,
+        # rule "no cascade": a leaf that lost work at this instant may take only unallocated work
+        victims_of = p.victims_for(leaf, gpus) if p.may_preempt_others(leaf) else {}
+        plan = _preemption_plan(state, pool, view, w, victims_of, now_s, exclude,
                                 reservation if exclude else None, cached=cached, capped=capped)
         if plan is None:
             # a larger request of this leaf fails too, unless this one failed only for being
-            # kept off the reserved nodes (the gang is not), for a cap (which depends on the
-            # order of costs) or for lack of window credit (a shorter one may have more)
-            if not exclude and not capped and turn.walk_room == turn.room:
+            # kept off the reserved nodes (the gang is not) or for a cap (which depends on the
+            # order of costs)
+            if not exclude and not capped:
                 turn.preempt_fail = gpus
             if exclude and not capped:
                 turn.kept_out_fail, turn.kept_out_seq = gpus, pool.change_seq
@@ -502,10 +537,19 @@ def _phase4_everything_else(p: _Pass) -> None:
             richer[leaf] = (leaf, leaf)
             mask |= 1 << leaf_i
             reachable += view.unallocated_running_at(leaf_i)
+        # rule "no cascade": an unallocated request of a leaf that lost work at this instant
+        # takes nothing now (an allocated request may still take unallocated work: the contract)
+        guarded = not allocated and state.lost_at_ms.get(leaf) == p.now_ms
         for a, b, ai, bi, others in tree.split_group_index[leaf]:
             if view.unallocated_running_at(bi):  # counts add up the tree: some leaf under b runs unallocated work
                 theirs = view.total_fill_at(bi)
-                if take_any or view.total_fill_at(ai, gpus) + unallocated_hysteresis < theirs:
+                # rule "unallocated sharing": b runs more of its due share in all than a, by the
+                # hysteresis, and may stay at least level with a after the request
+                if take_any or (view.total_fill_at(ai) + unallocated_hysteresis < theirs
+                                and view.total_fill_at(ai, gpus) <= theirs):
+                    if guarded:
+                        p.held_back = True
+                        continue
                     for other, other_i in others:
                         if view.unallocated_running_at(other_i):
                             richer[other] = (a, b)
@@ -549,135 +593,43 @@ def _phase3_limit(state: SchedulerState, pool: Pool, view: FairShareView, tree: 
         rooms = room_by_depth(view, tree, leaf, fair)
         turn.room = rooms[-1]
         turn.free_room = rooms[0]
-        turn.walk_room = math.inf if _credit_possible(view, tree, leaf) else turn.room
         if not cached:
-            return turn.walk_room + 1
+            return turn.room + 1
         turn.fit = pool.fit_limit()
         turn.reach_cap = -1
-    room = turn.walk_room
+    room = turn.room
     fit = turn.fit
     if turn.preempt_fail <= 1 or room < 1:
         return min(fit, room) + 1
     if turn.reach_cap < 0:
         reachable = state.unallocated_gpus[pool.gpu_type]
-        for v in _victims_for(view, tree, hysteresis, fair, leaf, q.min_gpus() if q.count else 1, 0):
+        for v in victims_for(view, tree, hysteresis, fair, leaf, q.min_gpus() if q.count else 1):
             reachable += unprotected.get(v, 0)
         turn.reach_cap = min(pool.open_limit(), pool.free_gpus + reachable)
     cap = min(turn.preempt_fail - 1, turn.reach_cap)
     return min(max(fit, cap), room) + 1
 
 
-def _credit_possible(view: FairShareView, tree: AllocationTree, leaf: str) -> bool:
-    """Whether any request of ``leaf`` could be owed by window credit (its leaf's own level is
-    checked by every split, and the smallest horizon counts least)."""
-    return credit_allows(view, tree, leaf, len(tree.path_index[leaf]) - 1, 0, 0)
-
-
-def _victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, fair: bool, leaf: str,
-                 gpus: int, min_runtime_s: int = -1) -> dict[str, tuple[str, str, int, int, int]]:
-    """Leaves whose allocated work past its minimum runtime a request of ``gpus`` GPUs of
-    ``leaf`` may preempt, each as (a, b, cap, whole, credit): the two subtrees where their paths
-    part; by fair share when the request is within ``leaf``'s due share from a down
-    (rules.room_by_depth), the most GPUs b may lose and the smallest workload that may go
-    whatever that cap (rules.victim_cap_gpus); by window credit (rules.credit_allows, for a
-    request with a minimum runtime; -1: no credit), the most GPUs b may lose that way. With
-    ``min_runtime_s`` 0, a superset of what any request of at least ``gpus`` GPUs may take
-    (credit then counts no horizon)."""
-    out_: dict[str, tuple[str, str, int, int, int]] = {}
-    rooms = room_by_depth(view, tree, leaf, fair)
-    caps: dict[int, tuple[int, int, int]] = {}
-    for other, a, b, ai, bi in tree.split_index[leaf]:
-        found = caps.get(bi)
-        if found is None:
-            depth = a.count("/")
-            cap, whole = victim_cap_gpus(view, ai, bi, gpus, hysteresis) if gpus <= rooms[depth] else (NONE, NONE)
-            credit = NONE
-            if min_runtime_s >= 0 and credit_allows(view, tree, leaf, depth, gpus, min_runtime_s):
-                credit = credit_victim_cap_gpus(view, ai, bi, gpus, min_runtime_s, hysteresis)[0]
-            found = caps[bi] = (cap, whole, credit)
-        if found[0] > 0 or found[1] > 0 or found[2] > 0:
-            out_[other] = (a, b, found[0], found[1], found[2])
-    return out_
-
-
 def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w: Workload,
                   total: Callable[[str, int], float], config: PolicyConfig) -> bool:
-    """Whether every subtree losing unallocated work to ``w`` still runs more for its due share
-    than ``w``'s side will, by the hysteresis, once all of the victims are gone (Kueue's "less
-    than or equal to final share"). Judging by the victims' fill *before* let two subtrees take
-    the same GPUs back and forth without end within one instant."""
+    """Whether every subtree losing unallocated work to ``w`` still runs at least as much for its
+    due share as ``w``'s side will, once all of the victims are gone (Kueue's "less than or equal
+    to final share": a swap that ends level is allowed, one that ends reversed is not, so the
+    GPUs cannot come back). The hysteresis is asked of the fills *before* (phase 4)."""
     lost: dict[tuple[str, str], int] = {}
     for v in victims:
         pair = richer[v.leaf]
         if pair[0] != pair[1]:  # the requester's own team: no share changes hands
             lost[pair] = lost.get(pair, 0) + v.gpus
-    return all(total(a, w.gpus) + config.unallocated_hysteresis < total(b, -gpus) for (a, b), gpus in lost.items())
-
-
-class _VictimRules:
-    """Which running workloads a request may preempt, and what each costs (see find_victims).
-
-    A class rather than closures in :func:`_preemption_plan`: most calls end on the memo
-    without a search, and one object is cheaper to make than a closure environment."""
-
-    __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
-                 "allocated_side")
-
-    def __init__(self, state: SchedulerState, view: FairShareView, leaf: str,
-                 victims_of: dict[str, tuple[str, str, int, int, int]],
-                 unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds):
-        self.state = state
-        self.view = view
-        self.leaf = leaf
-        self.victims_of = victims_of
-        self.unallocated_from = unallocated_from
-        self.now_s = now_s
-        # the fill part of a cost, per victim leaf: fills do not change during one search
-        self.unallocated_side: dict[str, float] = {}
-        self.allocated_side: dict[str, float] = {}
-
-    def may_preempt(self, v: Workload) -> bool:
-        if not v.allocated:
-            unallocated_from = self.unallocated_from
-            return unallocated_from is None or v.leaf in unallocated_from
-        eligible = self.victims_of.get(v.leaf)
-        # (non-preemptible work, which only the baseline starts, never goes: its GPUs are
-        # blocked like protected ones, and reservation.py counts it as staying)
-        return eligible is not None and (v.gpus <= eligible[2] or 0 < eligible[3] <= v.gpus
-                                         or v.gpus <= eligible[4]) and not v.is_protected(self.now_s) \
-            and not v.non_preemptible
-
-    def cap(self, v: Workload) -> tuple[str, int] | None:
-        """The subtree an allocated victim belongs to and the most GPUs it may lose in all (None:
-        a victim larger than its subtree's whole due share, which counts against no cap)."""
-        if not v.allocated:
-            return None
-        eligible = self.victims_of[v.leaf]
-        if 0 < eligible[3] <= v.gpus:
-            return None
-        return eligible[1], max(eligible[2], eligible[4])
-
-    def cost(self, v: Workload) -> tuple:
-        if not v.allocated:
-            # the subtree running most for its due share in all goes first among equal losses
-            # (the requester's own team counts its own fill: taking its own work changes no share)
-            side = self.unallocated_side.get(v.leaf)
-            if side is None:
-                split = self.state.tree.divergence(self.leaf, v.leaf)
-                side = self.unallocated_side[v.leaf] = self.view.total_fill(split[1] if split else self.leaf)
-            return victim_cost(False, lost_gpu_s(v, self.now_s), side, v.id)
-        side = self.allocated_side.get(v.leaf)
-        if side is None:
-            side = self.allocated_side[v.leaf] = self.view.fill(self.victims_of[v.leaf][1])
-        return victim_cost(True, lost_gpu_s(v, self.now_s), side, v.id)
+    return all(total(a, w.gpus) <= total(b, -gpus) + 1e-9 for (a, b), gpus in lost.items())
 
 
 def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
-                     victims_of: dict[str, tuple[str, str, int, int, int]], now_s: Seconds, exclude: frozenset[int],
+                     victims_of: dict[str, VictimLimit], now_s: Seconds, exclude: frozenset[int],
                      reservation: Reservation | None, unallocated_from: dict[str, tuple[str, str]] | None = None,
                      unallocated_mask: int = 0, memo_space: str = "in", cached: bool = True,
                      capped: list[bool] | None = None, free_limit: int = -1,
-                     ) -> tuple[list[Node], list[Workload], dict[str, tuple[str, str, int, int, int]]] | None:
+                     ) -> tuple[list[Node], list[Workload], dict[str, VictimLimit]] | None:
     """Victims that make room for ``w``, or None. Remembers failures per leaf: with the same
     victims allowed (and the same reservation kept out), a failed search is redone only on
     nodes that changed since.
@@ -697,11 +649,11 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                     unallocated_mask if unallocated_from is not None else None, free_limit)
 
     if not cached:
-        rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
         plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude, caps=rules.cap,
                             by_fit=True, free_limit=free_limit)
     elif gpus > gpn:
-        rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
         # nodes changed; search only when enough of them exist
         gang_memo = state.caches.gang_nodes.get((gpu_type, leaf, memo_space))
@@ -736,13 +688,13 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 # only unallocated work may go: a node short even with all of it freed is out
                 changed = [n for n in changed if _usable_free(n, free_limit) + n.unallocated >= gpus]
             if changed:
-                rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+                rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
                                     capped=capped, only=changed, exclude=exclude, free_limit=free_limit)
             else:
                 plan = None
         else:
-            rules = _VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+            rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
             if victims_of:
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
                                     capped=capped, exclude=exclude, free_limit=free_limit)
@@ -765,7 +717,7 @@ def _usable_free(node: Node, free_limit: int) -> int:
     return node.free if free_limit < 0 or node.free <= free_limit else free_limit
 
 
-def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str, int, int, int]], view: FairShareView,
+def _reason(victim: Workload, by: Workload, victims_of: dict[str, VictimLimit], view: FairShareView,
             config: PolicyConfig, lost_before: dict[str, int]) -> ev.PreemptionReason:
     """Why ``victim`` goes for ``by``: the numbers of the rule that allowed it, as they were when
     the decision was made, and a sentence made from the same numbers. ``lost_before`` counts,
@@ -776,11 +728,10 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str
             message=f"{victim.id} ran on unallocated time, which any allocated request may take; "
                     f"{by.id} ({by.leaf}) asked for allocated time",
         )
-    mine, theirs, cap, whole, _ = victims_of[victim.leaf]
+    mine, theirs, _ = victims_of[victim.leaf]
     lost = lost_before.get(theirs, 0) + victim.gpus  # what its subtree loses to this decision so far
     lost_before[theirs] = lost
-    # the due-share rule, unless its cap was exceeded and only window credit allowed that
-    rule = RULE_DUE_SHARE if lost <= cap or 0 < whole <= victim.gpus else RULE_CREDIT
+    rule = RULE_DUE_SHARE
     level = mine.rsplit("/", 1)[0] if "/" in mine else ""
     index = view.tree.index
     i_mine = index[mine]
@@ -798,16 +749,10 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, tuple[str, str
     window_s = config.lookback_window_s
     window = f"{window_s // 86400}-day" if window_s % 86400 == 0 else format_duration_s(window_s)
     where = f"at the level of {level}" if level else "at the top of the tree"
-    if rule == RULE_CREDIT:
-        why = (f"{mine} had used {ratio_mine:.0%} of its {window} share and {theirs} {ratio_theirs:.0%}, "
-               f"so {mine} was still owed {by.id} ({by.gpus} GPUs) although it is larger than its due share now")
-    else:
-        why = (f"{mine} would be at {fill_mine:.0%} of its due share with {by.id} and {theirs} at "
-               f"{fill_after:.0%} without {victim.id}" + (f" and the {lost - victim.gpus} GPUs taken with it"
-                                                          if lost > victim.gpus else "")
-               + f", so {theirs} is not left below {mine}" if lost <= cap else
-               f"{victim.id} ({victim.gpus} GPUs) is larger than all {theirs} is due now, so it could not "
-               f"take GPUs back")
+    why = (f"{mine} would be at {fill_mine:.0%} of its due share with {by.id} and {theirs} at "
+           f"{fill_after:.0%} without {victim.id}" + (f" and the {lost - victim.gpus} GPUs taken with it"
+                                                      if lost > victim.gpus else "")
+           + f", so {theirs} is not left below {mine}")
     return ev.PreemptionReason(
         kind="fair_share", by_workload_id=by.id, by_project=by.leaf, level=level,
         preemptor_subtree=mine, victim_subtree=theirs,

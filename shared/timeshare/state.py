@@ -120,7 +120,17 @@ class SchedulerState:
         #: (a pass with no node changed since need only look at fresh work)
         self.fresh_pending: dict[str, list[str]] = {t: [] for t in cluster.pools}
         self.pass_seq: dict[str, int] = {}
+        #: per pool, when the last full pass ran: a quick pass is allowed only within
+        #: FULL_PASS_EVERY_S of it (rule "quick pass", scheduler.py)
+        self.full_pass_s: dict[str, Seconds] = {}
         self.tree_changed = False
+        #: per leaf, when (ms) it last lost work to another leaf's request, the contract's case
+        #: (an allocated request taking unallocated work) aside: rule "no cascade" keeps such a
+        #: leaf from preempting at that instant (scheduler.py)
+        self.lost_at_ms: dict[str, int] = {}
+        #: a pass that held a preemption back under "no cascade" asks for another pass at this
+        #: time (the simulator wakes then; the live placement's timer runs one anyway)
+        self.retry_at_s: Seconds | None = None
         self.last_event_ms = 0
         #: completions first, live: work whose minimum runtime covers all its remaining work is
         #: protected this much longer, so that the moment it ends by itself is not also the
@@ -319,6 +329,7 @@ class SchedulerState:
                     u[w.leaf] = u.get(w.leaf, 0) + w.gpus
             case ev.WorkloadPreempted():
                 w = self.workloads[e.workload_id]
+                self._note_loss(w, e)
                 self._stop(w, now_s)
                 w.progress_s = e.progress_s
                 w.preemptions += 1
@@ -361,6 +372,19 @@ class SchedulerState:
                 self.tree_changed = True
             case _:
                 raise TypeError(f"unknown event {e!r}")
+
+    def _note_loss(self, w: Workload, e: ev.WorkloadPreempted) -> None:
+        """Remember that ``w``'s leaf lost work to another leaf's request (rule "no cascade"),
+        unless an allocated request took unallocated work (the contract allows it at any time)."""
+        by = e.reason.by_workload_id
+        if by is None or e.reason.by_project is None or e.reason.by_project == w.leaf \
+                or e.reason.kind not in ("fair_share", "unallocated"):
+            return
+        preemptor = self.workloads.get(by)
+        if not w.allocated and preemptor is not None and preemptor.min_runtime_s > 0 \
+                and preemptor.leaf in self.tree.nodes and self.tree.nodes[preemptor.leaf].fraction > 0:
+            return
+        self.lost_at_ms[w.leaf] = e.at_ms
 
     def _enqueue(self, w: Workload) -> None:
         w.state = PENDING

@@ -81,7 +81,10 @@ class Shape:
     big: tuple[str, str]
     small: str
     gpus_per_node: int = 8
-    debug_sizes: list[int] | None = None  # default: 1, half a node, a node
+    #: default 1 and 4 GPUs: within the small team's due share (10% of 32 GPUs, doubled by
+    #: catch-up while it was idle: 6.4 GPUs); a request beyond it waits (see
+    #: test_a_request_beyond_its_due_share_preempts_nothing)
+    debug_sizes: list[int] | None = None
 
 
 def nested(depth: int) -> Shape:
@@ -100,7 +103,7 @@ def run_shape(shape: Shape, debug_at="2h", sizes: list[int] | None = None):
     for path, share in shape.shares.items():
         builder.team(path, share)
     training_under(builder, list(shape.big), gpus=gpn, per_team=32 // gpn)
-    ids = debug_work(builder, shape.small, sizes or [1, gpn // 2, gpn], debug_at)
+    ids = debug_work(builder, shape.small, sizes or [1, 4], debug_at)
     return checked(builder.build()), ids
 
 
@@ -115,7 +118,7 @@ SHAPES: dict[str, Callable[[], Shape]] = {
     "a small team under a busy program takes from its own program's busy team": lambda: Shape(
         {"progA": 1, "progA/big1": 8, "progA/small": 2, "progB": 1, "progB/big2": 1},
         ("progA/big1", "progB/big2"), "progA/small", debug_sizes=[1, 4]),
-    "4-GPU nodes: debug of 1, 2 and 4 GPUs": lambda: Shape(nested(2).shares, nested(2).big, nested(2).small, 4),
+    "4-GPU nodes: debug of 1 and 4 GPUs (a whole node)": lambda: Shape(nested(2).shares, nested(2).big, nested(2).small, 4),
 }
 
 
@@ -124,6 +127,16 @@ def test_a_small_teams_debug_work_starts_in_the_pass_it_arrives(shape):
     s = SHAPES[shape]()
     run, ids = run_shape(s)
     assert_debug_served_at_once(run, ids, 2 * HOUR, ("big1", "big2"))
+
+
+def test_a_request_beyond_its_due_share_preempts_nothing():
+    # The choice the one rule makes (docs/design/preemption-rules.md): a 10% team idle all
+    # along is due 6.4 of 32 GPUs (its share doubled by catch-up); a whole-node 8-GPU debug
+    # job is beyond that, so it takes no one's allocated work: whoever lost the node would run
+    # below the requester. It waits for free or unallocated GPUs (here: none for 5 hours).
+    run, ids = run_shape(nested(2), sizes=[8])
+    assert first_start_s(run, "dbg8") is None
+    assert preemptions(run) == []
 
 
 def test_case_1_on_day_8_of_steady_use():

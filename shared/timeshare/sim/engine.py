@@ -155,6 +155,10 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
                 apply_all([state.submitted(spec, now_s, resubmit_of=original.id)], now_s)
         # 2. one scheduling pass
         follow(policy.schedule(state, now_s), now_s)
+        if state.retry_at_s is not None:
+            # the pass held a preemption back (rule "no cascade"): look again then
+            push(state.retry_at_s, _WAKE, None)
+            state.retry_at_s = None
         if progress is not None and now_s - last_progress >= 3600:
             progress(int(now_s - last_progress))
             last_progress = now_s

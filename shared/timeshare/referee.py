@@ -1,0 +1,546 @@
+"""The referee: what a user would call a broken promise, read from the event log and the scenario.
+
+It shares no code with the rules (rules.py, scheduler.py, fairshare.py): it rebuilds who runs
+where from the events alone, computes each subtree's fraction from the scenario's shares, and
+reports, each with the events that show it:
+
+* **take-back**: a leaf that lost work to another leaf's request preempts that leaf's work
+  within one ``max_min_runtime``, while, where their paths part, the taker's side holds no
+  fewer GPUs and the loser's side no more than right after the first exchange (in the tier of
+  the exchange: allocated GPUs for fair share, all GPUs for the unallocated tier): nothing but
+  the exchange itself happened between them;
+* **cascade**: a leaf that lost work to another leaf's request preempts at that same instant;
+* (in both, an allocated request taking unallocated work is what the contract allows at any
+  time, and is neither a loss nor a preemption that counts);
+* **not served** (``catch_up = 0``): a pending allocated request stays pending over 60 s while
+  it could have started: its leaf, and every level from where its path parts from a victim's,
+  would run with it at most its fraction of the pool, and a node (whole nodes, for a gang)
+  holds enough GPUs that are free, run unallocated work, or run allocated work past its
+  minimum runtime of subtrees that run above their fraction by more than the hysteresis at
+  every level from where the paths part down to the victim's leaf and keep at least their
+  fraction after the loss (Kueue's "less than or equal to final share" at its most demanding);
+* **idle**: free GPUs of healthy nodes fit a pending request for over 60 s, except an
+  unallocated request kept off the headroom, and an allocated request while another leaf's
+  whole-node gang is pending in the pool (a reservation may hold the nodes for it);
+* **unfair tier**: two sibling leaves with equal shares, neither of which ran allocated work
+  in the window, both with unallocated work pending, whose running GPUs differ by more than one
+  of the unallocated workloads involved, for over an hour;
+* **within share taken** (``catch_up = 0``): allocated work is preempted for another leaf's
+  allocated request while some subtree from where their paths part down to the victim's leaf
+  ran at most its fraction of the pool just before the decision.
+
+``timeshare check SCENARIO EVENTS`` prints the findings (exit 1 when there are any).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from . import events as ev
+from .sim.scenario import Scenario
+
+#: how long an entitled request, or a free GPU that fits a request, may wait
+SERVE_WITHIN_S = 60
+#: how long equal teams' unallocated work may stay unequal
+TIER_WITHIN_S = 3600
+
+
+@dataclass
+class Finding:
+    kind: str
+    at_s: float
+    message: str
+    events: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"{self.kind} at {self.at_s:.0f}s: {self.message}" + (
+            f" [{', '.join(self.events)}]" if self.events else "")
+
+
+@dataclass
+class _Run:
+    leaf: str
+    gpu_type: str
+    gpus: int
+    allocated: bool
+    protected_until_ms: int | None
+    nodes: list[tuple[str, int]]  # (node, GPUs there)
+    started_ms: int
+
+
+@dataclass
+class _Node:
+    name: str
+    gpu_type: str
+    gpus: int
+    healthy: bool = True
+    holders: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def free(self) -> int:
+        return self.gpus - sum(self.holders.values())
+
+
+def _fractions(allocations: dict[str, float]) -> tuple[dict[str, float], dict[str, float], dict[str, str | None]]:
+    """Fraction, share and parent of every node, from the scenario's shares."""
+    share = {str(p): float(s) for p, s in allocations.items()}
+    parent = {p: (p.rsplit("/", 1)[0] if "/" in p else None) for p in share}
+    children: dict[str | None, list[str]] = {}
+    for p in sorted(share):
+        children.setdefault(parent[p], []).append(p)
+    fraction: dict[str, float] = {}
+
+    def assign(siblings: list[str], above: float) -> None:
+        total = sum(share[p] for p in siblings)
+        for p in siblings:
+            fraction[p] = above * share[p] / total if total > 0 else 0.0
+            assign(children.get(p, []), fraction[p])
+
+    assign(children.get(None, []), 1.0)
+    return fraction, share, parent
+
+
+def _path(leaf: str) -> list[str]:
+    parts = leaf.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _parting(a: str, b: str) -> int:
+    """The depth at which the paths of two leaves part (their first differing level)."""
+    pa, pb = a.split("/"), b.split("/")
+    d = 0
+    while d < min(len(pa), len(pb)) and pa[d] == pb[d]:
+        d += 1
+    return d
+
+
+class Referee:
+    """Reads one run's events in order and collects findings."""
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        policy = scenario.policy
+        self.hysteresis = policy.preemption_hysteresis
+        self.max_min_runtime_ms = policy.max_min_runtime_s * 1000
+        self.window_ms = policy.lookback_window_s * 1000
+        self.catch_up_zero = policy.catch_up == 0
+        self.fraction, self.share, self.parent = _fractions(scenario.allocations)
+        self.leaves = sorted(p for p in self.fraction if not any(q.startswith(p + "/") for q in self.fraction))
+        self.pool_gpus = {p.gpu_type: p.nodes * p.gpus_per_node for p in scenario.pools}
+        self.gpn = {p.gpu_type: p.gpus_per_node for p in scenario.pools}
+        self.headroom = {t: int(policy.unallocated_headroom * g) for t, g in self.pool_gpus.items()}
+        self.nodes: dict[str, _Node] = {}
+        for p in scenario.pools:
+            for i in range(p.nodes):
+                name = f"{p.gpu_type}-{i:03d}"
+                self.nodes[name] = _Node(name, p.gpu_type, p.gpus_per_node)
+        self.specs: dict[str, object] = {}
+        self.pending: dict[str, object] = {}
+        #: (GPU type, allocated, GPUs) -> pending workloads per project: the waiting checks look
+        #: at groups of equal requests, not at each of tens of thousands pending
+        self.pending_index: dict[tuple[str, bool, int], dict[str, int]] = {}
+        self.pending_since_ms: dict[str, int] = {}
+        self.running: dict[str, _Run] = {}
+        # per (GPU type, subtree): allocated GPUs and all GPUs running
+        self.alloc: dict[tuple[str, str], int] = {}
+        self.total: dict[tuple[str, str], int] = {}
+        # the last time each leaf started allocated work (for the tier check's "no allocated use")
+        self.last_allocated_ms: dict[str, int] = {}
+        # exchanges: (loser leaf, taker leaf) -> (at_ms, tier, taker side GPUs, loser side GPUs)
+        self.exchanges: dict[tuple[str, str], tuple[int, str, int, int, str]] = {}
+        # leaves that lost work to another leaf's request at the current instant
+        self.lost_now: dict[str, str] = {}
+        self.now_ms = 0
+        self.findings: list[Finding] = []
+        # waiting conditions: key -> since (ms)
+        self.entitled_since: dict[str, int] = {}
+        self.idle_since: dict[tuple, int] = {}
+        self.tier_since: dict[tuple, int] = {}
+        self.reported: set = set()
+        # decisions seen this instant: preemptor id -> counts before its first victim
+        self.decision_before: dict[str, dict[tuple[str, str], int]] = {}
+        self.pending_preemptions: list[ev.WorkloadPreempted] = []
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(self, events: Iterable[ev.Event], end_s: float | None = None) -> list[Finding]:
+        instant: list[ev.Event] = []
+        for e in events:
+            if instant and e.at_ms != instant[0].at_ms:
+                self._instant(instant)
+                instant = []
+            instant.append(e)
+        if instant:
+            self._instant(instant)
+        end_ms = int((end_s if end_s is not None else self.scenario.duration_s) * 1000)
+        if end_ms >= self.now_ms:
+            self._waits(end_ms, final=True)
+        return self.findings
+
+    def _instant(self, events: list[ev.Event]) -> None:
+        at_ms = events[0].at_ms
+        self._waits(at_ms)
+        self.now_ms = at_ms
+        self.lost_now = {}
+        self.decision_before = {}
+        starts = {e.workload_id: e for e in events if isinstance(e, ev.WorkloadStarted)}
+        for e in events:
+            self._apply(e, starts)
+        self._conditions()
+
+    def _is_allocated_request(self, wid: str, starts: dict[str, ev.WorkloadStarted]) -> bool:
+        e = starts.get(wid)
+        if e is not None:
+            return e.allocated
+        spec = self.specs.get(wid)
+        return spec is not None and spec.min_runtime_s > 0 and self.fraction.get(spec.project, 0) > 0
+
+    def _charge(self, r: _Run, sign: int) -> None:
+        for p in _path(r.leaf):
+            key = (r.gpu_type, p)
+            self.total[key] = self.total.get(key, 0) + sign * r.gpus
+            if r.allocated:
+                self.alloc[key] = self.alloc.get(key, 0) + sign * r.gpus
+
+    def _apply(self, e: ev.Event, starts: dict[str, ev.WorkloadStarted]) -> None:
+        if isinstance(e, ev.WorkloadSubmitted):
+            self.specs[e.workload.id] = e.workload
+            self._pend(e.workload.id, e.workload)
+            self.pending_since_ms[e.workload.id] = e.at_ms
+        elif isinstance(e, ev.WorkloadStarted):
+            self._unpend(e.workload_id)
+            r = _Run(e.project, e.gpu_type, e.gpus, e.allocated, e.protected_until_ms,
+                     [(p.node, len(p.gpu_ids)) for p in e.placement], e.at_ms)
+            self.running[e.workload_id] = r
+            for node, n in r.nodes:
+                self.nodes[node].holders[e.workload_id] = n
+            self._charge(r, +1)
+            if e.allocated:
+                self.last_allocated_ms[e.project] = e.at_ms
+        elif isinstance(e, ev.WorkloadPreempted):
+            self._preempted(e, starts)
+        elif isinstance(e, ev.WorkloadRequeued):
+            spec = self.specs.get(e.workload_id)
+            if spec is not None:
+                self._pend(e.workload_id, spec)
+                self.pending_since_ms[e.workload_id] = e.at_ms
+        elif isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled)):
+            self._unpend(e.workload_id)
+            self._stop(e.workload_id)
+        elif isinstance(e, ev.NodeUnhealthy) or isinstance(e, ev.NodeFailed):
+            if e.node in self.nodes:
+                self.nodes[e.node].healthy = False
+        elif isinstance(e, ev.NodeRepaired):
+            if e.node in self.nodes:
+                self.nodes[e.node].healthy = True
+
+    def _pend(self, wid: str, spec) -> None:
+        if wid in self.pending:
+            return
+        self.pending[wid] = spec
+        key = (spec.gpu_type, self._allocated_spec(spec), spec.gpus)
+        group = self.pending_index.setdefault(key, {})
+        group[spec.project] = group.get(spec.project, 0) + 1
+
+    def _unpend(self, wid: str) -> None:
+        spec = self.pending.pop(wid, None)
+        if spec is None:
+            return
+        key = (spec.gpu_type, self._allocated_spec(spec), spec.gpus)
+        group = self.pending_index[key]
+        group[spec.project] -= 1
+        if not group[spec.project]:
+            del group[spec.project]
+            if not group:
+                del self.pending_index[key]
+
+    def _stop(self, wid: str) -> _Run | None:
+        r = self.running.pop(wid, None)
+        if r is None:
+            return None
+        for node, _ in r.nodes:
+            self.nodes[node].holders.pop(wid, None)
+        self._charge(r, -1)
+        return r
+
+    def _side_counts(self, gpu_type: str, side: str, tier: str) -> int:
+        table = self.alloc if tier == "allocated" else self.total
+        return table.get((gpu_type, side), 0)
+
+    def _preempted(self, e: ev.WorkloadPreempted, starts: dict[str, ev.WorkloadStarted]) -> None:
+        victim = self.running.get(e.workload_id)
+        reason = e.reason
+        by_id = reason.by_workload_id
+        by_leaf = reason.by_project
+        if victim is None:
+            return
+        if by_id is None or by_leaf is None or by_leaf == victim.leaf or reason.kind not in (
+                "fair_share", "unallocated"):
+            self._stop(e.workload_id)
+            return  # a drain, or a leaf's own work: no promise between two leaves
+        by_allocated = self._is_allocated_request(by_id, starts)
+        contract = by_allocated and not victim.allocated  # what the contract allows at any time
+        d = _parting(by_leaf, victim.leaf)
+        taker_side = "/".join(by_leaf.split("/")[: d + 1])
+        loser_side = "/".join(victim.leaf.split("/")[: d + 1])
+        tier = "allocated" if victim.allocated else "all"
+        gpu_type = victim.gpu_type
+        if by_id not in self.decision_before:
+            self.decision_before[by_id] = dict(self.alloc)
+        if not contract:
+            # cascade: the preemptor's leaf lost work to another leaf at this instant
+            lost_to = self.lost_now.get(by_leaf)
+            if lost_to is not None:
+                self._find("cascade", f"{by_leaf} lost work at this instant ({lost_to}) and its request "
+                                      f"{by_id} preempts {e.workload_id} of {victim.leaf}", [lost_to, e.event_id])
+            # take-back: the victim's leaf had taken this leaf's work within max_min_runtime
+            before = self.exchanges.get((by_leaf, victim.leaf))
+            if before is not None and e.at_ms - before[0] <= self.max_min_runtime_ms and before[1] == tier:
+                _, _, took_side_then, lost_side_then, first_event = before
+                # this time the roles turn: the victim's side took then, the preemptor's side lost
+                victim_side_now = self._side_counts(gpu_type, loser_side, tier)
+                taker_side_now = self._side_counts(gpu_type, taker_side, tier)
+                if victim_side_now <= took_side_then and taker_side_now >= lost_side_then:
+                    self._find("take-back", f"{by_leaf} lost work to {victim.leaf} at {before[0] / 1000:.0f}s and "
+                                            f"its request {by_id} takes {e.workload_id} back", [first_event, e.event_id])
+        if self.catch_up_zero and victim.allocated and by_allocated:
+            counts = self.decision_before[by_id]
+            pool = self.pool_gpus[gpu_type]
+            path = _path(victim.leaf)
+            for p in path[d:]:
+                running = counts.get((gpu_type, p), 0)
+                if running <= self.fraction.get(p, 0) * pool + 1e-9:
+                    self._find("within share taken", f"{e.workload_id} of {victim.leaf} preempted for {by_id} of "
+                                                     f"{by_leaf} while {p} ran {running} GPUs, within its fraction "
+                                                     f"({self.fraction.get(p, 0) * pool:.2f})", [e.event_id])
+                    break
+        self._stop(e.workload_id)
+        if not contract:
+            self.lost_now[victim.leaf] = e.event_id
+            # the sides' counts right after the exchange (the preemptor starts in this decision)
+            spec = self.specs.get(by_id)
+            g = spec.gpus if spec is not None else 0
+            took = self._side_counts(gpu_type, taker_side, tier) + g
+            self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, took,
+                                                       self._side_counts(gpu_type, loser_side, tier), e.event_id)
+
+    def _find(self, kind: str, message: str, events: list[str], at_ms: int | None = None) -> None:
+        self.findings.append(Finding(kind, (self.now_ms if at_ms is None else at_ms) / 1000, message, events))
+
+    # -- waiting conditions ----------------------------------------------------------------
+    def _waits(self, at_ms: int, final: bool = False) -> None:
+        """Conditions that held since the last instant: report those held too long."""
+        for wid, since in list(self.entitled_since.items()):
+            if wid in self.pending and at_ms - since > SERVE_WITHIN_S * 1000 and ("served", wid) not in self.reported:
+                self.reported.add(("served", wid))
+                self._find("not served", f"{wid} ({self.pending[wid].project}, {self.pending[wid].gpus} GPUs) "
+                                         f"could start from {since / 1000:.0f}s", [], since + SERVE_WITHIN_S * 1000)
+        for key, since in list(self.idle_since.items()):
+            if at_ms - since > SERVE_WITHIN_S * 1000 and ("idle", key, since) not in self.reported:
+                self.reported.add(("idle", key, since))
+                self._find("idle", f"free GPUs of {key[0]} fit a pending {key[2]} request of {key[1]} GPUs "
+                                   f"from {since / 1000:.0f}s", [], since + SERVE_WITHIN_S * 1000)
+        for key, since in list(self.tier_since.items()):
+            if at_ms - since > TIER_WITHIN_S * 1000 and ("tier", key, since) not in self.reported:
+                self.reported.add(("tier", key, since))
+                self._find("unfair tier", f"{key[1]} and {key[2]} ({key[0]}) ran unequal unallocated work "
+                                          f"from {since / 1000:.0f}s", [], since + TIER_WITHIN_S * 1000)
+
+    def _conditions(self) -> None:
+        now = self.now_ms
+        entitled: set[str] = set()
+        idle: set[tuple] = set()
+        for gpu_type in sorted({k[0] for k in self.pending_index}):
+            if gpu_type not in self.pool_gpus:
+                continue
+            nodes = [n for n in self.nodes.values() if n.gpu_type == gpu_type and n.healthy]
+            gpn = self.gpn[gpu_type]
+            max_free = max((n.free for n in nodes), default=0)
+            whole_free = sum(1 for n in nodes if n.free == n.gpus)
+            free_total = sum(n.free for n in nodes)
+            gangs_pending: set[str] = set()
+            for (t, allocated, g), projects in self.pending_index.items():
+                if t == gpu_type and allocated and g > gpn:
+                    gangs_pending.update(projects)
+            for (t, allocated, g), projects in self.pending_index.items():
+                if t != gpu_type:
+                    continue
+                fits_free = (g <= max_free) if g <= gpn else whole_free >= math.ceil(g / gpn)
+                if not fits_free:
+                    continue
+                if allocated:
+                    # exempt only while another leaf's gang is pending (a reservation may hold it)
+                    exempt = any(gangs_pending - {p} for p in projects)
+                else:
+                    exempt = free_total - g < self.headroom[gpu_type]
+                if not exempt:
+                    idle.add((gpu_type, g, "allocated" if allocated else "unallocated"))
+        if self.catch_up_zero:
+            for wid, spec in self.pending.items():
+                if spec.gpu_type in self.pool_gpus and self._allocated_spec(spec):
+                    nodes = [n for n in self.nodes.values() if n.gpu_type == spec.gpu_type and n.healthy]
+                    if self._could_start(spec, nodes, self.gpn[spec.gpu_type]):
+                        entitled.add(wid)
+        for wid in list(self.entitled_since):
+            if wid not in entitled:
+                del self.entitled_since[wid]
+        for wid in entitled:
+            self.entitled_since.setdefault(wid, now)
+        for key in list(self.idle_since):
+            if key not in idle:
+                del self.idle_since[key]
+        for key in idle:
+            self.idle_since.setdefault(key, now)
+        tier = self._tier_pairs()
+        for key in list(self.tier_since):
+            if key not in tier:
+                del self.tier_since[key]
+        for key in tier:
+            self.tier_since.setdefault(key, now)
+
+    def _allocated_spec(self, spec) -> bool:
+        return spec.min_runtime_s > 0 and self.fraction.get(spec.project, 0) > 0
+
+    def _could_start(self, spec, nodes: list[_Node], gpn: int) -> bool:
+        """Whether free GPUs, unallocated work, or allocated work the promise lets go could hold
+        ``spec`` now (see the module's "not served")."""
+        gpu_type = spec.gpu_type
+        pool = self.pool_gpus[gpu_type]
+        leaf = spec.project
+        g = spec.gpus
+        if self.alloc.get((gpu_type, leaf), 0) + g > self.fraction.get(leaf, 0) * pool + 1e-9:
+            return False
+        h = self.hysteresis
+
+        def takeable(wid: str) -> tuple[str, int] | None:
+            """(victim side, GPUs) for allocated work that may go; ("", n) for unallocated."""
+            r = self.running[wid]
+            if not r.allocated:
+                return "", r.gpus
+            if r.leaf == leaf or (r.protected_until_ms is not None and r.protected_until_ms > self.now_ms):
+                return None
+            d = _parting(leaf, r.leaf)
+            for p in _path(leaf)[d:]:
+                if self.alloc.get((gpu_type, p), 0) + g > self.fraction.get(p, 0) * pool + 1e-9:
+                    return None
+            for p in _path(r.leaf)[d:]:
+                if self.alloc.get((gpu_type, p), 0) <= (1 + h) * self.fraction.get(p, 0) * pool + 1e-9:
+                    return None
+            return "/".join(r.leaf.split("/")[: d + 1]), r.gpus
+
+        def room(side: str) -> float:
+            return self.alloc.get((gpu_type, side), 0) - self.fraction.get(side, 0) * pool
+
+        if g <= gpn:
+            for n in nodes:
+                have = n.free
+                lost: dict[str, int] = {}
+                for wid, k in sorted(n.holders.items(), key=lambda x: x[1]):
+                    t = takeable(wid)
+                    if t is None:
+                        continue
+                    side, size = t
+                    if side and lost.get(side, 0) + size > room(side) + 1e-9:
+                        continue
+                    if side:
+                        lost[side] = lost.get(side, 0) + size
+                    have += k
+                    if have >= g:
+                        return True
+                if have >= g:
+                    return True
+            return False
+        need = math.ceil(g / gpn)
+        chosen = 0
+        lost = {}
+        for n in sorted(nodes, key=lambda n: (-n.free, n.name)):
+            extra: dict[str, int] = {}
+            ok = True
+            for wid, _ in n.holders.items():
+                t = takeable(wid)
+                if t is None:
+                    ok = False
+                    break
+                if t[0]:
+                    extra[t[0]] = extra.get(t[0], 0) + t[1]
+            if not ok or any(lost.get(s, 0) + k > room(s) + 1e-9 for s, k in extra.items()):
+                continue
+            for s, k in extra.items():
+                lost[s] = lost.get(s, 0) + k
+            chosen += 1
+            if chosen >= need:
+                return True
+        return False
+
+    def _tier_pairs(self) -> set[tuple]:
+        """Sibling leaves of equal shares, both with unallocated work pending, unequal by more
+        than one workload, neither having run allocated work within the window."""
+        out: set[tuple] = set()
+        pending_u: dict[tuple[str, str], int] = {}
+        for (t, allocated, g), projects in self.pending_index.items():
+            if not allocated:
+                for project in projects:
+                    pending_u[(t, project)] = max(pending_u.get((t, project), 0), g)
+        if len(pending_u) < 2:
+            return out
+        running_u: dict[tuple[str, str], int] = {}
+        for r in self.running.values():
+            if not r.allocated:
+                key = (r.gpu_type, r.leaf)
+                running_u[key] = max(running_u.get(key, 0), r.gpus)
+        keys = sorted(pending_u)
+        for i, (t, a) in enumerate(keys):
+            for t2, b in keys[i + 1:]:
+                if t2 != t or self.parent.get(a) != self.parent.get(b) or self.share.get(a) != self.share.get(b):
+                    continue
+                if any(self.now_ms - self.last_allocated_ms.get(x, -10 ** 15) < self.window_ms for x in (a, b)):
+                    continue
+                ta, tb = self.total.get((t, a), 0), self.total.get((t, b), 0)
+                rich, poor = (a, b) if ta > tb else (b, a)
+                one = max(pending_u[(t, poor)], running_u.get((t, rich), 0))
+                if abs(ta - tb) > one and running_u.get((t, rich), 0) > 0:
+                    out.add((t, a, b))
+        return out
+
+
+def check(scenario: Scenario, events: Iterable[ev.Event], end_s: float | None = None) -> list[Finding]:
+    """Every finding of one run (see the module's docstring)."""
+    return Referee(scenario).read(events, end_s)
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("check", help="referee a run: broken promises read from its event log and its scenario")
+    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("events", help="events.jsonl of a run of that scenario")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="the same overrides the run was made with")
+    p.add_argument("--limit", type=int, default=20, help="findings to print per kind (default 20)")
+    p.set_defaults(func=check_command)
+
+
+def check_command(args) -> int:
+    import sys
+
+    from .sim.cli import parse_overrides
+    from .sim.errors import InputError
+    from .sim.scenario import load_scenario
+
+    try:
+        scenario = load_scenario(args.scenario, parse_overrides(args.set))
+        with open(args.events, "rb") as f:
+            decoded = [ev.decoder.decode(line) for line in f if line.strip()]
+    except (InputError, OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    findings = check(scenario, decoded)
+    by_kind: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_kind.setdefault(f.kind, []).append(f)
+    for kind in sorted(by_kind):
+        shown = by_kind[kind][: args.limit]
+        print(f"{kind}: {len(by_kind[kind])}")
+        for f in shown:
+            print(f"  {f}")
+    print(f"{len(findings)} findings in {len(decoded)} events")
+    return 1 if findings else 0

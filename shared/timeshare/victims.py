@@ -1,0 +1,102 @@
+"""Which running work a request may preempt, and in what order: the victim rules of the budget
+policy applied to one request (the rules themselves are the named functions of rules.py).
+
+One rule decides allocated victims (rules.victim_cap_gpus, docs/design/preemption-rules.md):
+where the paths of the requester's leaf and the victim's leaf part, into sibling subtrees *a*
+and *b*, b runs above its due share by more than the hysteresis, so does every level from b
+down to the victim's leaf (rules.above_due_share_down), the request is within a's due share
+(rules.room_by_depth), and b's fill after losing its victims stays at least a's with the
+request (Kueue's "less than or equal to final share"). There is no exception and no second
+path: a team back from idle days is served because its due share is larger now.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .fairshare import FairShareView
+from .placement import lost_gpu_s
+from .rules import above_due_share_down, room_by_depth, victim_cap_gpus, victim_cost
+from .state import SchedulerState, Workload
+from .tree import AllocationTree
+from .units import Seconds
+
+
+class VictimLimit(NamedTuple):
+    """What a request may take of one other leaf's allocated work past its minimum runtime."""
+
+    #: the requester's side and the victim's side where their paths part
+    a: str
+    b: str
+    #: the most GPUs b may lose to the request in all
+    cap_gpus: int
+
+
+def victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, fair: bool, leaf: str,
+                gpus: int) -> dict[str, VictimLimit]:
+    """Leaves whose allocated work past its minimum runtime a request of ``gpus`` GPUs of
+    ``leaf`` may preempt, each with its :class:`VictimLimit` (leaves not named: none)."""
+    out: dict[str, VictimLimit] = {}
+    rooms = room_by_depth(view, tree, leaf, fair)
+    caps: dict[int, int] = {}
+    path_index = tree.path_index
+    for other, a, b, ai, bi in tree.split_index[leaf]:
+        cap = caps.get(bi)
+        if cap is None:
+            depth = a.count("/")
+            cap = caps[bi] = victim_cap_gpus(view, ai, bi, gpus, hysteresis) if gpus <= rooms[depth] else 0
+        if cap > 0 and above_due_share_down(view, path_index[other], a.count("/") + 1, hysteresis):
+            out[other] = VictimLimit(a, b, cap)
+    return out
+
+
+class VictimRules:
+    """Which running workloads a request may preempt, and what each costs (placement.find_victims
+    asks). ``victims_of`` holds the allocated victims' limits; ``unallocated_from`` (None: any)
+    the leaves whose unallocated work may go."""
+
+    __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
+                 "allocated_side")
+
+    def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, VictimLimit],
+                 unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds):
+        self.state = state
+        self.view = view
+        self.leaf = leaf
+        self.victims_of = victims_of
+        self.unallocated_from = unallocated_from
+        self.now_s = now_s
+        # the fill part of a cost, per victim leaf: fills do not change during one search
+        self.unallocated_side: dict[str, float] = {}
+        self.allocated_side: dict[str, float] = {}
+
+    def may_preempt(self, v: Workload) -> bool:
+        if not v.allocated:
+            unallocated_from = self.unallocated_from
+            return unallocated_from is None or v.leaf in unallocated_from
+        limit = self.victims_of.get(v.leaf)
+        # (non-preemptible work, which only the baseline starts, never goes: its GPUs are
+        # blocked like protected ones, and reservation.py counts it as staying)
+        return limit is not None and v.gpus <= limit.cap_gpus and not v.is_protected(self.now_s) \
+            and not v.non_preemptible
+
+    def cap(self, v: Workload) -> tuple[str, int] | None:
+        """The subtree an allocated victim belongs to and the most GPUs it may lose in all."""
+        if not v.allocated:
+            return None
+        limit = self.victims_of[v.leaf]
+        return limit.b, limit.cap_gpus
+
+    def cost(self, v: Workload) -> tuple:
+        if not v.allocated:
+            # the subtree running most for its due share in all goes first among equal losses
+            # (the requester's own team counts its own fill: taking its own work changes no share)
+            side = self.unallocated_side.get(v.leaf)
+            if side is None:
+                split = self.state.tree.divergence(self.leaf, v.leaf)
+                side = self.unallocated_side[v.leaf] = self.view.total_fill(split[1] if split else self.leaf)
+            return victim_cost(False, lost_gpu_s(v, self.now_s), side, v.id)
+        side = self.allocated_side.get(v.leaf)
+        if side is None:
+            side = self.allocated_side[v.leaf] = self.view.fill(self.victims_of[v.leaf].b)
+        return victim_cost(True, lost_gpu_s(v, self.now_s), side, v.id)
