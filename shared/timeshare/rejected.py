@@ -177,7 +177,7 @@ class _Context:
                                       "preemptor_ratio": _num(ratio_a)}
         limit = self.rules.victims_of.get(v.leaf)
         if limit is not None:  # its subtree may lose GPUs, fewer than it holds
-            may_lose = limit.cap_gpus
+            may_lose = limit.each_gpus
             return _Verdict(2, v.gpus - may_lose, self._candidate(
                 v, "subtree_cap", f"{b} may lose at most {may_lose} GPUs to {w.id} and still run no less of its due "
                                   f"share than {a} (at {_pct(fill_a)} with the request); {v.id} holds {v.gpus}",

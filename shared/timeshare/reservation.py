@@ -91,7 +91,7 @@ def _may_go(gpus: int, limit: VictimLimit | None) -> bool:
     """Whether a workload of ``gpus`` GPUs past its protection may go for the gang, by the limit
     its victim search would apply (the cap counts each workload alone here: the search itself
     checks the sum)."""
-    return limit is not None and gpus <= limit.cap_gpus
+    return limit is not None and gpus <= limit.each_gpus
 
 
 def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple, now_s: Seconds,

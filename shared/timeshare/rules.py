@@ -113,6 +113,19 @@ def victim_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int, hysteresis
     return int(cap) if cap > 0 else 0
 
 
+def inner_cap_gpus(view: FairShareView, path: list[int], depth: int, fill_a: float) -> int:
+    """The most GPUs a victim's leaf may lose so that every level of its ``path`` from ``depth``
+    down still runs no less of its due share than the requester's side will (``fill_a``): the
+    final-share rule asked below the parting too."""
+    cap: int = 1 << 60
+    for d in range(depth, len(path)):
+        i = path[d]
+        c = int(math.floor(view.running_at(i) - fill_a * view.due_at(i) + 1e-9))
+        if c < cap:
+            cap = c
+    return cap if cap > 0 else 0
+
+
 def victim_cost(allocated: bool, lost_gpu_s: Seconds, victim_side_fill: float, workload_id: str) -> tuple:
     """Order of victims on a node, cheapest first: unallocated work, then the least progress
     lost, then the subtree running most for its due share, then id."""

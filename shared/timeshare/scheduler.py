@@ -728,7 +728,7 @@ def _reason(victim: Workload, by: Workload, victims_of: dict[str, VictimLimit], 
             message=f"{victim.id} ran on unallocated time, which any allocated request may take; "
                     f"{by.id} ({by.leaf}) asked for allocated time",
         )
-    mine, theirs, _ = victims_of[victim.leaf]
+    mine, theirs, _, _ = victims_of[victim.leaf]
     lost = lost_before.get(theirs, 0) + victim.gpus  # what its subtree loses to this decision so far
     lost_before[theirs] = lost
     rule = RULE_DUE_SHARE

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from .fairshare import FairShareView
 from .placement import lost_gpu_s
-from .rules import above_due_share_down, room_by_depth, victim_cap_gpus, victim_cost
+from .rules import above_due_share_down, inner_cap_gpus, room_by_depth, victim_cap_gpus, victim_cost
 from .state import SchedulerState, Workload
 from .tree import AllocationTree
 from .units import Seconds
@@ -30,6 +30,10 @@ class VictimLimit(NamedTuple):
     b: str
     #: the most GPUs b may lose to the request in all
     cap_gpus: int
+    #: the most GPUs one victim of this leaf may hold: every level between b and the victim's
+    #: leaf also ends no lower than a (a loss inside b falls where it leaves no one below the
+    #: requester, so the loser has nothing to take from a sibling afterwards)
+    each_gpus: int
 
 
 def victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, fair: bool, leaf: str,
@@ -45,8 +49,16 @@ def victims_for(view: FairShareView, tree: AllocationTree, hysteresis: float, fa
         if cap is None:
             depth = a.count("/")
             cap = caps[bi] = victim_cap_gpus(view, ai, bi, gpus, hysteresis) if gpus <= rooms[depth] else 0
-        if cap > 0 and above_due_share_down(view, path_index[other], a.count("/") + 1, hysteresis):
-            out[other] = VictimLimit(a, b, cap)
+        if cap <= 0:
+            continue
+        path = path_index[other]
+        depth = a.count("/")
+        if above_due_share_down(view, path, depth + 1, hysteresis):
+            each = cap
+            if depth + 1 < len(path):
+                each = min(cap, inner_cap_gpus(view, path, depth + 1, view.fill_at(path_index[leaf][depth], gpus)))
+            if each > 0:
+                out[other] = VictimLimit(a, b, cap, each)
     return out
 
 
@@ -77,7 +89,7 @@ class VictimRules:
         limit = self.victims_of.get(v.leaf)
         # (non-preemptible work, which only the baseline starts, never goes: its GPUs are
         # blocked like protected ones, and reservation.py counts it as staying)
-        return limit is not None and v.gpus <= limit.cap_gpus and not v.is_protected(self.now_s) \
+        return limit is not None and v.gpus <= limit.each_gpus and not v.is_protected(self.now_s) \
             and not v.non_preemptible
 
     def cap(self, v: Workload) -> tuple[str, int] | None:
