@@ -1,7 +1,7 @@
 """One scheduling pass of the budget policy: snapshot -> order -> fit or preempt -> events.
 
 Phases of a pass (a pure function of the state and ``now_s``; the rules it applies are the
-named functions of rules.py, listed with why preemption cannot loop in docs/preemption-rules.md;
+named functions of rules.py, listed with why preemption cannot loop in docs/design/preemption-rules.md;
 fills and due shares come from fairshare.py):
 
 1. protection: allocated work whose minimum runtime ended becomes preemptible
@@ -106,6 +106,10 @@ _MAX_PASSES_PER_INSTANT: Final = 50
 #: full pass and that pass ran less than this long ago (a request entitled by the window's
 #: drift alone waits no longer than this after the next event)
 FULL_PASS_EVERY_S: Final = 60
+
+#: rule "no cascade": a pass that held a preemption back runs again this much later (within
+#: the minute an entitled request may wait; by then other ends often served it without one)
+NO_CASCADE_RETRY_S: Final = 30
 
 #: "no request failed yet": larger than any request, an int so that limits stay native ints
 #: when compiled (a GPU count never comes near it)
@@ -267,7 +271,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     if p.held_back:
         # rule "no cascade" held a preemption back: a full pass a second later looks again
         state.pass_seq.pop(pool.gpu_type, None)
-        retry = now_s + 1
+        retry = now_s + NO_CASCADE_RETRY_S
         if state.retry_at_s is None or retry < state.retry_at_s:
             state.retry_at_s = retry
     return p.out
@@ -543,10 +547,10 @@ def _phase4_everything_else(p: _Pass) -> None:
         for a, b, ai, bi, others in tree.split_group_index[leaf]:
             if view.unallocated_running_at(bi):  # counts add up the tree: some leaf under b runs unallocated work
                 theirs = view.total_fill_at(bi)
-                # rule "unallocated sharing": b runs more of its due share in all than a, by the
-                # hysteresis, and may stay at least level with a after the request
-                if take_any or (view.total_fill_at(ai) + unallocated_hysteresis < theirs
-                                and view.total_fill_at(ai, gpus) <= theirs):
+                # rule "unallocated sharing": b runs more of its due share in all than a would
+                # with the request, by the hysteresis (and, _stays_richer, b stays at least level
+                # with a once its victims are gone)
+                if take_any or view.total_fill_at(ai, gpus) + unallocated_hysteresis < theirs:
                     if guarded:
                         p.held_back = True
                         continue
