@@ -18,10 +18,11 @@ reports, each with the events that show it:
   holds enough GPUs that are free, run unallocated work, or run allocated work past its
   minimum runtime of subtrees that run above their fraction by more than the hysteresis at
   every level from where the paths part down to the victim's leaf and keep at least their
-  fraction after the loss (Kueue's "less than or equal to final share" at its most demanding);
+  fraction after the loss (Kueue's "less than or equal to final share" at its most demanding),
+  unless a pending gang of another leaf, or of its own leaf ahead of it, may hold a reservation;
 * **idle**: free GPUs of healthy nodes fit a pending request for over 60 s, except an
-  unallocated request kept off the headroom, and an allocated request while another leaf's
-  whole-node gang is pending in the pool (a reservation may hold the nodes for it);
+  unallocated request kept off the headroom, and an allocated request while a whole-node gang
+  is pending in the pool (a reservation may hold the nodes for it);
 * **unfair tier**: two sibling leaves with equal shares, neither of which ran allocated work
   in the window, both with unallocated work pending, whose running GPUs differ by more than one
   of the unallocated workloads involved, for over an hour;
@@ -40,6 +41,7 @@ from typing import Iterable
 
 from . import events as ev
 from .sim.scenario import Scenario
+from .workload import PRIORITY_RANK
 
 #: how long an entitled request, or a free GPU that fits a request, may wait
 SERVE_WITHIN_S = 60
@@ -141,6 +143,8 @@ class Referee:
         #: (GPU type, allocated, GPUs) -> pending workloads per project: the waiting checks look
         #: at groups of equal requests, not at each of tens of thousands pending
         self.pending_index: dict[tuple[str, bool, int], dict[str, int]] = {}
+        #: pending allocated whole-node gangs (a reservation may hold nodes for them)
+        self.pending_gangs: dict[str, object] = {}
         self.pending_since_ms: dict[str, int] = {}
         self.running: dict[str, _Run] = {}
         # per (GPU type, subtree): allocated GPUs and all GPUs running
@@ -242,11 +246,14 @@ class Referee:
         key = (spec.gpu_type, self._allocated_spec(spec), spec.gpus)
         group = self.pending_index.setdefault(key, {})
         group[spec.project] = group.get(spec.project, 0) + 1
+        if key[1] and spec.gpu_type in self.gpn and spec.gpus > self.gpn[spec.gpu_type]:
+            self.pending_gangs[wid] = spec
 
     def _unpend(self, wid: str) -> None:
         spec = self.pending.pop(wid, None)
         if spec is None:
             return
+        self.pending_gangs.pop(wid, None)
         key = (spec.gpu_type, self._allocated_spec(spec), spec.gpus)
         group = self.pending_index[key]
         group[spec.project] -= 1
@@ -359,10 +366,7 @@ class Referee:
             max_free = max((n.free for n in nodes), default=0)
             whole_free = sum(1 for n in nodes if n.free == n.gpus)
             free_total = sum(n.free for n in nodes)
-            gangs_pending: set[str] = set()
-            for (t, allocated, g), projects in self.pending_index.items():
-                if t == gpu_type and allocated and g > gpn:
-                    gangs_pending.update(projects)
+            gangs_pending = {spec.project for spec in self.pending_gangs.values() if spec.gpu_type == gpu_type}
             for (t, allocated, g), projects in self.pending_index.items():
                 if t != gpu_type:
                     continue
@@ -370,15 +374,17 @@ class Referee:
                 if not fits_free:
                     continue
                 if allocated:
-                    # exempt only while another leaf's gang is pending (a reservation may hold it)
-                    exempt = any(gangs_pending - {p} for p in projects)
+                    # exempt only while a gang is pending that a reservation may hold nodes for:
+                    # another leaf's, or one of the same leaf (its own queue may put it first)
+                    exempt = bool(gangs_pending)
                 else:
                     exempt = free_total - g < self.headroom[gpu_type]
                 if not exempt:
                     idle.add((gpu_type, g, "allocated" if allocated else "unallocated"))
         if self.catch_up_zero:
             for wid, spec in self.pending.items():
-                if spec.gpu_type in self.pool_gpus and self._allocated_spec(spec):
+                if spec.gpu_type in self.pool_gpus and self._allocated_spec(spec) \
+                        and not self._behind_a_gang(wid, spec):
                     nodes = [n for n in self.nodes.values() if n.gpu_type == spec.gpu_type and n.healthy]
                     if self._could_start(spec, nodes, self.gpn[spec.gpu_type]):
                         entitled.add(wid)
@@ -398,6 +404,17 @@ class Referee:
                 del self.tier_since[key]
         for key in tier:
             self.tier_since.setdefault(key, now)
+
+    def _behind_a_gang(self, wid: str, spec) -> bool:
+        """Whether a pending gang may hold a reservation that ``spec`` yields to: another leaf's
+        (the order between leaves is the policy's to judge), or its own leaf's ahead of it in the
+        leaf's own order (priority, then submission)."""
+        mine = (-PRIORITY_RANK.get(spec.priority, 1), spec.submit_s, wid)
+        for gid, g in self.pending_gangs.items():
+            if gid != wid and g.gpu_type == spec.gpu_type and (
+                    g.project != spec.project or (-PRIORITY_RANK.get(g.priority, 1), g.submit_s, gid) < mine):
+                return True
+        return False
 
     def _allocated_spec(self, spec) -> bool:
         return spec.min_runtime_s > 0 and self.fraction.get(spec.project, 0) > 0

@@ -88,6 +88,16 @@ def small_clusters(draw):
     return builder.build()
 
 
+def describe(scenario) -> str:
+    """The scenario as a reader can rebuild it (Hypothesis prints only the test's arguments)."""
+    lines = [f"pools {scenario.pools}", f"shares {scenario.allocations}",
+             f"catch_up {scenario.policy.catch_up}, duration {scenario.duration_s}"]
+    lines += [f"  {w.id} {w.project} {w.gpu_type} gpus={w.gpus} submit={w.submit_s} work={w.work_s} "
+              f"min={w.min_runtime_s} resumable={w.resumable} ckpt={w.checkpoint_interval_s}"
+              for w in scenario.workloads]
+    return "\n".join(lines)
+
+
 def refereed(scenario):
     run = simulate(scenario)
     check_no_gpu_double_booked(run.events)
@@ -100,7 +110,7 @@ def refereed(scenario):
 @given(small_clusters())
 def test_the_referee_finds_no_broken_promise_on_random_small_clusters(scenario):
     _, findings = refereed(scenario)
-    assert findings == [], "\n".join(str(f) for f in findings)
+    assert findings == [], "\n".join(str(f) for f in findings) + "\n" + describe(scenario)
 
 
 # -- the referee can fail: each kind of finding, shown on a log that breaks it ---------------------
