@@ -1,5 +1,5 @@
 """The shapes in which the earlier rules broke the promise, each as a small cluster with the
-outcome the one rule gives, and each refereed from its event log (timeshare.referee): no
+outcome the one rule gives, and each refereed from its event log (timeshare.sim.referee): no
 take-back, no cascade, nothing entitled left waiting, no idle GPU a request fits.
 
 Sizes follow issue 19's examples; ``catch_up = 0`` where the case comes from Kueue's own
@@ -11,7 +11,7 @@ from __future__ import annotations
 from tests.builders import ScenarioBuilder, simulate
 from tests.invariants import check_no_gpu_double_booked, check_nothing_lost, check_protection
 from timeshare import events as ev
-from timeshare.referee import check
+from timeshare.sim.referee import check
 
 HOUR = 3600
 DAY = 86400

@@ -1,4 +1,4 @@
-"""The promise, checked from the event log alone on random small clusters (timeshare.referee).
+"""The promise, checked from the event log alone on random small clusters (timeshare.sim.referee).
 
 Every run of the budget policy on a random small cluster is refereed by a module that shares no
 code with the rules: it reports take-backs, cascades, entitled requests not served within 60 s,
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.builders import ScenarioBuilder, simulate
 from tests.invariants import check_no_gpu_double_booked, check_nothing_lost, check_protection
 from timeshare import events as ev
-from timeshare.referee import check
+from timeshare.sim.referee import check
 
 HOUR = 3600
 DAY = 86400

@@ -230,7 +230,8 @@ def test_an_allocated_request_takes_the_unallocated_work_that_loses_least(a_gpus
     assert h.running() == {"a-free", "b-free"}
     h.submit(spec("funded", "a", gpus=8, min_runtime="1h", work="1h", submit=HOUR + 10 * MIN))
     out = h.schedule(HOUR + 10 * MIN)
-    assert [e.workload_id for e in out if isinstance(e, ev.WorkloadPreempted)] == [victim]
+    assert [e.workload_id for e in out if isinstance(e, ev.WorkloadPreempted)
+            and e.reason.by_workload_id == "funded"] == [victim]
 
 
 def test_unallocated_preemption_setting_is_validated():

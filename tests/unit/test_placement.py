@@ -126,20 +126,31 @@ def test_victims_unallocated_work_goes_first():
 
 
 def test_victims_losing_the_same_then_the_least_deserving_team():
-    h = three_teams()
+    h = three_teams(nodes=3)
     # both checkpoint every hour: at 3 h neither loses anything, so the subtree further above
-    # its due share goes (c ran longer on the same GPUs)
+    # its due share goes (c runs two gangs; b's one is all b is due and b may not lose it)
     place(h, spec("c-old", "c", gpus=8, min_runtime="1h", work="20h", resumable=True, checkpoint="1h"),
           "H100-000", at=0)
     place(h, spec("b-new", "b", gpus=8, min_runtime="1h", work="20h", resumable=True, checkpoint="1h"),
           "H100-001", at=HOUR)
+    place(h, spec("c-two", "c", gpus=8, min_runtime="1h", work="20h", resumable=True, checkpoint="1h"),
+          "H100-002", at=HOUR)
     h.schedule(2 * HOUR)
     h.submit(spec("a-req", "a", gpus=8, min_runtime="1h", submit=3 * HOUR))
     out = h.schedule(3 * HOUR)
-    # c ran longer on the same GPUs: it is further above its due share
     assert preempted_by(out) == [("c-old", "fair_share")]
     reason = next(e.reason for e in out if isinstance(e, ev.WorkloadPreempted))
     assert reason.victim_subtree == "c" and reason.victim_ratio > 1
+
+
+def test_a_request_that_would_leave_every_victim_team_below_it_waits():
+    # the choice the one rule makes (docs/design/preemption-rules.md): two whole-node gangs of
+    # b and c are all their teams run; taking either would leave its team at 0, below a
+    h = three_teams()
+    place(h, spec("b1", "b", gpus=8, min_runtime="1h", work="20h"), "H100-000")
+    place(h, spec("c1", "c", gpus=8, min_runtime="1h", work="20h"), "H100-001")
+    h.submit(spec("a-req", "a", gpus=1, min_runtime="1h", submit=3 * HOUR))
+    assert preempted_by(h.schedule(3 * HOUR)) == []
 
 
 def test_victims_then_the_least_progress_lost():
@@ -158,13 +169,14 @@ def test_victims_then_the_least_progress_lost():
 
 
 def test_protected_work_is_never_a_victim_even_for_an_idle_team():
-    h = three_teams()
+    h = three_teams(nodes=3)
     place(h, spec("b1", "b", gpus=8, min_runtime="8h", work="20h"), "H100-000")
     place(h, spec("c1", "c", gpus=8, min_runtime="8h", work="20h"), "H100-001")
+    place(h, spec("c2", "c", gpus=8, min_runtime="8h", work="20h"), "H100-002")
     h.submit(spec("a-req", "a", gpus=1, min_runtime="1h", submit=HOUR))
     assert preempted_by(h.schedule(HOUR)) == []
     assert preempted_by(h.schedule(8 * HOUR - 1)) == []
-    assert [w for w, _ in preempted_by(h.schedule(8 * HOUR))] in (["b1"], ["c1"])
+    assert [w for w, _ in preempted_by(h.schedule(8 * HOUR))] in (["c1"], ["c2"])
 
 
 def gang_case():

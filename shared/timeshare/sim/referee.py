@@ -39,9 +39,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from . import events as ev
-from .sim.scenario import Scenario
-from .workload import PRIORITY_RANK
+from .. import events as ev
+from .scenario import Scenario
+from ..workload import PRIORITY_RANK
 
 #: how long an entitled request, or a free GPU that fits a request, may wait
 SERVE_WITHIN_S = 60
@@ -539,9 +539,9 @@ def add_parsers(sub) -> None:
 def check_command(args) -> int:
     import sys
 
-    from .sim.cli import parse_overrides
-    from .sim.errors import InputError
-    from .sim.scenario import load_scenario
+    from .cli import parse_overrides
+    from .errors import InputError
+    from .scenario import load_scenario
 
     try:
         scenario = load_scenario(args.scenario, parse_overrides(args.set))
