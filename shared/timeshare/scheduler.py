@@ -57,6 +57,18 @@ def drain_blocked_until_s(w: Workload, now_s: Seconds) -> Seconds:
     return now_s if until is None or may_end_now(w, now_s) else until  # protected: until is set
 
 
+#: passes of one pool at one instant (see BudgetPolicy.schedule): more would mean a loop
+_MAX_PASSES_PER_INSTANT: Final = 50
+
+#: rule "quick pass": a pass may look only at fresh work when no node changed since the last
+#: full pass and that pass ran less than this long ago (a request entitled by the window's
+#: drift alone waits no longer than this after the next event)
+FULL_PASS_EVERY_S: Final = 60
+
+#: rule "no cascade": a pass that held a preemption back runs again this much later (within
+#: the minute an entitled request may wait; by then other ends often served it without one)
+NO_CASCADE_RETRY_S: Final = 30
+
 class BudgetPolicy:
     """The budget policy. ``reference=True`` runs the same rules with every cache off: no memo of
     failed searches, no walk limits, no reservation times kept between passes, no early outs.
@@ -68,6 +80,9 @@ class BudgetPolicy:
     decisions, only their reasons say more; the simulator leaves it off."""
 
     name = "budget"
+    #: the simulator's longest stretch without a pass while work is pending (due shares drift
+    #: with the window: see FULL_PASS_EVERY_S)
+    drift_wake_s = FULL_PASS_EVERY_S
 
     def __init__(self, reference: bool = False, explain_rejected: bool = False):
         self.reference = reference
@@ -98,18 +113,6 @@ class BudgetPolicy:
     def drain_blocked_until_s(self, w: Workload, now_s: Seconds) -> Seconds:
         return drain_blocked_until_s(w, now_s)
 
-
-#: passes of one pool at one instant (see BudgetPolicy.schedule): more would mean a loop
-_MAX_PASSES_PER_INSTANT: Final = 50
-
-#: rule "quick pass": a pass may look only at fresh work when no node changed since the last
-#: full pass and that pass ran less than this long ago (a request entitled by the window's
-#: drift alone waits no longer than this after the next event)
-FULL_PASS_EVERY_S: Final = 60
-
-#: rule "no cascade": a pass that held a preemption back runs again this much later (within
-#: the minute an entitled request may wait; by then other ends often served it without one)
-NO_CASCADE_RETRY_S: Final = 30
 
 #: "no request failed yet": larger than any request, an int so that limits stay native ints
 #: when compiled (a GPU count never comes near it)

@@ -121,3 +121,29 @@ def test_shape_5_equal_teams_share_the_unallocated_tier():
     run = refereed(builder.build())
     assert first_start_s(run, "b0") == HOUR
     assert len(preempted(run)) == 1, preempted(run)
+
+
+def test_shape_7_with_catch_up_a_request_entitled_by_the_windows_drift_alone_is_served():
+    # program p1 ran the whole cluster for a day; p2 arrives and, owed its unused share, takes
+    # it. Then nothing happens (every workload runs for days): the window alone moves the due
+    # shares back, and p1 must be served then, with no event to wake the scheduler.
+    builder = (ScenarioBuilder(duration=3 * DAY).pool("H100", 4, 8)
+               .teams(**{"p1": 1, "p1/x": 1, "p1/y": 1, "p2": 1, "p2/z": 1, "p2/w": 1})
+               .policy(catch_up=1.0, max_min_runtime_s="2h"))
+    for i in range(4):
+        for team in ("x", "y"):
+            builder.workload(f"{team}{i}", f"p1/{team}", gpus=4, work="200h", min_runtime="1h", resumable=True,
+                             checkpoint="30m")
+        for team in ("z", "w"):
+            builder.workload(f"{team}{i}", f"p2/{team}", gpus=4, work="200h", min_runtime="1h", resumable=True,
+                             checkpoint="30m", submit="1d")
+    run = refereed(builder.build())
+    assert first_start_s(run, "z0") == DAY
+    restarts = [e for e in run.events if isinstance(e, ev.WorkloadStarted) and e.at_ms > DAY * 1000
+                and e.project.startswith("p1/")]
+    assert restarts, "p1 was never served again although the window gave its share back"
+    # each gang moved at most twice (taken, then given back): no back and forth
+    count: dict[str, int] = {}
+    for victim, _ in preempted(run):
+        count[victim] = count.get(victim, 0) + 1
+    assert max(count.values()) <= 2, count
