@@ -441,11 +441,8 @@ def _phase4_everything_else(p: _Pass) -> None:
     workloads = state.workloads
     reservation = p.reservation
     node_paths = tree.node_paths
-    path_index = tree.path_index
     active = p.active
     now_s = p.now_s
-    any_unallocated = config.unallocated_preemption == "any"
-    unallocated_hysteresis = config.unallocated_hysteresis
     leaf: str | None
     # -- phase 4: everything else (unallocated work, allocated work beyond due shares),
     # ordered by all GPUs each subtree runs (allocated or not) against its due share. An
@@ -526,42 +523,8 @@ def _phase4_everything_else(p: _Pass) -> None:
         if cached and not state.unallocated_gpus[gpu_type]:
             failed[failed_key].size = gpus
             continue
-        # unallocated work it may preempt: any (allocated request), or that of subtrees that
-        # run more than it would with the request (unallocated request)
         total = view.total_fill
-        richer: dict[str, tuple[str, str]] = {}
-        # an unallocated request may use free GPUs only beyond the headroom
-        free_limit = -1 if allocated or gpus <= spare else max(spare, 0)
-        reachable = pool.free_gpus if free_limit < 0 else free_limit
-        take_any = allocated and (any_unallocated or all(
-            # "fair": an allocated request that keeps every subtree above it within its due
-            # share plus the hysteresis, in all it runs, still takes any unallocated work
-            view.total_fill_at(i, gpus) <= 1.0 + unallocated_hysteresis for i in path_index[leaf]))
-        leaf_i = path_index[leaf][-1]
-        mask = 0  # the leaves of richer, a bit per node index (the memo's key)
-        if allocated and view.unallocated_running_at(leaf_i):
-            # its own team's unallocated work: the swap changes no other team's share
-            richer[leaf] = (leaf, leaf)
-            mask |= 1 << leaf_i
-            reachable += view.unallocated_running_at(leaf_i)
-        # rule "no cascade": an unallocated request of a leaf that lost work at this instant
-        # takes nothing now (an allocated request may still take unallocated work: the contract)
-        guarded = not allocated and state.lost_at_ms.get(leaf) == p.now_ms
-        for a, b, ai, bi, others in tree.split_group_index[leaf]:
-            if view.unallocated_running_at(bi):  # counts add up the tree: some leaf under b runs unallocated work
-                theirs = view.total_fill_at(bi)
-                # rule "unallocated sharing": b runs more of its due share in all than a would
-                # with the request, by the hysteresis (and, _stays_richer, b stays at least level
-                # with a once its victims are gone)
-                if take_any or view.total_fill_at(ai, gpus) + unallocated_hysteresis < theirs:
-                    if guarded:
-                        p.held_back = True
-                        continue
-                    for other, other_i in others:
-                        if view.unallocated_running_at(other_i):
-                            richer[other] = (a, b)
-                            mask |= 1 << other_i
-                            reachable += view.unallocated_running_at(other_i)
+        richer, mask, reachable, take_any, free_limit = _unallocated_victims(p, w, gpus, allocated, spare)
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
                                  unallocated_from=richer, unallocated_mask=mask,
                                  memo_space="beyond" if allocated else "free", cached=cached, free_limit=free_limit)
@@ -587,6 +550,58 @@ def _phase4_everything_else(p: _Pass) -> None:
             statement.preempt(v, with_rejected(reason, spared))
         statement.start(w, nodes)
         leaf = None
+
+
+def _unallocated_victims(p: _Pass, w: Workload, gpus: int, allocated: bool, spare: int
+                         ) -> tuple[dict[str, tuple[str, str]], int, int, bool, int]:
+    """Phase 4: whose unallocated work a request may preempt (rules "contract" and "unallocated
+    sharing"): any, for an allocated request (the contract), or that of subtrees that run more
+    of their due share in all than the requester would with it, by the hysteresis. Returns
+    (per such leaf, the two subtrees where the paths part; the same leaves as a bit per tree node
+    index, the memo's key; the GPUs free or held by them; whether any unallocated work may go;
+    the most free GPUs of a node the request may use, -1: all)."""
+    state, view = p.state, p.view
+    tree = state.tree
+    path_index = tree.path_index
+    leaf = w.leaf
+    config = state.config
+    unallocated_hysteresis = config.unallocated_hysteresis
+    any_unallocated = config.unallocated_preemption == "any"
+    pool = p.pool
+    richer: dict[str, tuple[str, str]] = {}
+    # an unallocated request may use free GPUs only beyond the headroom
+    free_limit = -1 if allocated or gpus <= spare else max(spare, 0)
+    reachable = pool.free_gpus if free_limit < 0 else free_limit
+    take_any = allocated and (any_unallocated or all(
+        # "fair": an allocated request that keeps every subtree above it within its due
+        # share plus the hysteresis, in all it runs, still takes any unallocated work
+        view.total_fill_at(i, gpus) <= 1.0 + unallocated_hysteresis for i in path_index[leaf]))
+    leaf_i = path_index[leaf][-1]
+    mask = 0  # the leaves of richer, a bit per node index (the memo's key)
+    if allocated and view.unallocated_running_at(leaf_i):
+        # its own team's unallocated work: the swap changes no other team's share
+        richer[leaf] = (leaf, leaf)
+        mask |= 1 << leaf_i
+        reachable += view.unallocated_running_at(leaf_i)
+    # rule "no cascade": an unallocated request of a leaf that lost work at this instant
+    # takes nothing now (an allocated request may still take unallocated work: the contract)
+    guarded = not allocated and state.lost_at_ms.get(leaf) == p.now_ms
+    for a, b, ai, bi, others in tree.split_group_index[leaf]:
+        if view.unallocated_running_at(bi):  # counts add up the tree: some leaf under b runs unallocated work
+            theirs = view.total_fill_at(bi)
+            # rule "unallocated sharing": b runs more of its due share in all than a would
+            # with the request, by the hysteresis (and, _stays_richer, b stays at least level
+            # with a once its victims are gone)
+            if take_any or view.total_fill_at(ai, gpus) + unallocated_hysteresis < theirs:
+                if guarded:
+                    p.held_back = True
+                    continue
+                for other, other_i in others:
+                    if view.unallocated_running_at(other_i):
+                        richer[other] = (a, b)
+                        mask |= 1 << other_i
+                        reachable += view.unallocated_running_at(other_i)
+    return richer, mask, reachable, take_any, free_limit
 
 
 def _phase3_limit(state: SchedulerState, pool: Pool, view: FairShareView, tree: AllocationTree, fair: bool,
