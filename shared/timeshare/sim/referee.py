@@ -5,10 +5,11 @@ where from the events alone, computes each subtree's fraction from the scenario'
 reports, each with the events that show it:
 
 * **take-back**: a leaf that lost work to another leaf's request preempts that leaf's work
-  within one ``max_min_runtime``, while, where their paths part, the taker's side holds no
-  fewer GPUs and the loser's side no more than right after the first exchange (in the tier of
-  the exchange: allocated GPUs for fair share, all GPUs for the unallocated tier): nothing but
-  the exchange itself happened between them;
+  within one ``max_min_runtime``, while, where their paths part, the GPUs the two sides run
+  moved in the first taker's favour since by no more than the hysteresis (the taker's gain plus
+  the loser's loss, each in parts of its side's fraction of the pool; allocated GPUs and
+  ``preemption_hysteresis`` for fair share, all GPUs and ``unallocated_hysteresis`` for the
+  unallocated tier): standings that other starts and ends moved may be rebalanced;
 * **cascade**: a leaf that lost work to another leaf's request preempts at that same instant;
 * (in both, an allocated request taking unallocated work is what the contract allows at any
   time, and is neither a loss nor a preemption that counts);
@@ -16,9 +17,9 @@ reports, each with the events that show it:
   it could have started: its leaf, and every level from where its path parts from a victim's,
   would run with it at most its fraction of the pool, and a node (whole nodes, for a gang)
   holds enough GPUs that are free, run unallocated work, or run allocated work past its
-  minimum runtime of subtrees that run above their fraction by more than the hysteresis at
-  every level from where the paths part down to the victim's leaf and keep at least their
-  fraction after the loss (Kueue's "less than or equal to final share" at its most demanding),
+  minimum runtime of subtrees that run above their fraction by more than the hysteresis, and
+  keep at least their fraction after the loss, at every level from where the paths part down
+  to the victim's leaf (Kueue's "less than or equal to final share" at its most demanding),
   unless a pending gang of another leaf, or of its own leaf ahead of it, may hold a reservation;
 * **idle**: free GPUs of healthy nodes fit a pending request for over 60 s, except an
   unallocated request kept off the headroom, and an allocated request while a whole-node gang
@@ -125,6 +126,7 @@ class Referee:
         self.scenario = scenario
         policy = scenario.policy
         self.hysteresis = policy.preemption_hysteresis
+        self.unallocated_hysteresis = policy.unallocated_hysteresis
         self.max_min_runtime_ms = policy.max_min_runtime_s * 1000
         self.window_ms = policy.lookback_window_s * 1000
         self.catch_up_zero = policy.catch_up == 0
@@ -308,7 +310,16 @@ class Referee:
                 # this time the roles turn: the victim's side took then, the preemptor's side lost
                 victim_side_now = self._side_counts(gpu_type, loser_side, tier)
                 taker_side_now = self._side_counts(gpu_type, taker_side, tier)
-                if victim_side_now <= took_side_then and taker_side_now >= lost_side_then:
+                # the standings moved since, by other starts and ends, in the taker's favour, in
+                # parts of each side's fraction of the pool (the window's drift is not seen here)
+                pool = self.pool_gpus[gpu_type]
+                share_then_taker = self.fraction.get(loser_side, 0) * pool
+                share_now_taker = self.fraction.get(taker_side, 0) * pool
+                moved = math.inf if share_then_taker <= 0 or share_now_taker <= 0 else (
+                    (victim_side_now - took_side_then) / share_then_taker
+                    + (lost_side_then - taker_side_now) / share_now_taker)
+                h = self.hysteresis if tier == "allocated" else self.unallocated_hysteresis
+                if moved <= h:
                     self._find("take-back", f"{by_leaf} lost work to {victim.leaf} at {before[0] / 1000:.0f}s and "
                                             f"its request {by_id} takes {e.workload_id} back", [first_event, e.event_id])
         if self.catch_up_zero and victim.allocated and by_allocated:
@@ -430,11 +441,12 @@ class Referee:
             return False
         h = self.hysteresis
 
-        def takeable(wid: str) -> tuple[str, int] | None:
-            """(victim side, GPUs) for allocated work that may go; ("", n) for unallocated."""
+        def takeable(wid: str) -> tuple[tuple[str, ...], int] | None:
+            """(the victim's levels from the parting down, GPUs) for allocated work that may go;
+            ((), n) for unallocated work."""
             r = self.running[wid]
             if not r.allocated:
-                return "", r.gpus
+                return (), r.gpus
             if r.leaf == leaf or (r.protected_until_ms is not None and r.protected_until_ms > self.now_ms):
                 return None
             d = _parting(leaf, r.leaf)
@@ -444,7 +456,7 @@ class Referee:
             for p in _path(r.leaf)[d:]:
                 if self.alloc.get((gpu_type, p), 0) <= (1 + h) * self.fraction.get(p, 0) * pool + 1e-9:
                     return None
-            return "/".join(r.leaf.split("/")[: d + 1]), r.gpus
+            return tuple(_path(r.leaf)[d:]), r.gpus
 
         def room(side: str) -> float:
             return self.alloc.get((gpu_type, side), 0) - self.fraction.get(side, 0) * pool
@@ -457,10 +469,11 @@ class Referee:
                     t = takeable(wid)
                     if t is None:
                         continue
-                    side, size = t
-                    if side and lost.get(side, 0) + size > room(side) + 1e-9:
+                    sides, size = t
+                    # every level from the parting down keeps at least its fraction
+                    if any(lost.get(side, 0) + size > room(side) + 1e-9 for side in sides):
                         continue
-                    if side:
+                    for side in sides:
                         lost[side] = lost.get(side, 0) + size
                     have += k
                     if have >= g:
@@ -479,8 +492,8 @@ class Referee:
                 if t is None:
                     ok = False
                     break
-                if t[0]:
-                    extra[t[0]] = extra.get(t[0], 0) + t[1]
+                for side in t[0]:
+                    extra[side] = extra.get(side, 0) + t[1]
             if not ok or any(lost.get(s, 0) + k > room(s) + 1e-9 for s, k in extra.items()):
                 continue
             for s, k in extra.items():
