@@ -31,6 +31,7 @@ import httpx
 import msgspec
 
 from timeshare import events as ev
+from timeshare.scheduler import BudgetPolicy
 
 from ..common import subjects
 from ..common.bus import reply_json
@@ -179,6 +180,7 @@ class ManualDriver:
         pending = running = 0
         end_ms = scenario.duration_s * 1000
         clock = self.stack.clock
+        drift_wake_ms = BudgetPolicy.drift_wake_s * 1000 if scenario.policy.catch_up > 0 else None
         while True:
             next_submit = trace[i].submit_s * 1000 if i < len(trace) else None
             next_heap = heap[0][0] if heap else None
@@ -212,6 +214,16 @@ class ManualDriver:
                     await self._post(f"/v1/nodes/{payload}/repair", {})
             reply = await self.tick(now)
             pending, running = reply["pending"], reply["running"]
+            # the simulator's wake-ups (timeshare.sim.engine): a pass held back by "no cascade"
+            # asks for another, and under catch-up a quiet stretch with work pending gets a
+            # pass every drift_wake_s (due shares drift with the window)
+            if reply.get("retry_at_ms") is not None:
+                push(reply["retry_at_ms"], _WAKE, None)
+            if drift_wake_ms is not None and pending:
+                quiet_until = min(heap[0][0] if heap else end_ms,
+                                  trace[i].submit_s * 1000 if i < len(trace) else end_ms)
+                if quiet_until > now + drift_wake_ms:
+                    push(now + drift_wake_ms, _WAKE, None)
             for e in await self.read_log(reply["log_seq"]):
                 if type(e) is ev.WorkloadStarted:
                     push(e.at_ms + (specs[e.workload_id].work_s - e.progress_s) * 1000, _COMPLETE, e.workload_id)

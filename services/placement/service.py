@@ -733,9 +733,13 @@ class Placement:
                     reply = (m.headers or {}).get("Timeshare-Reply")
                     if reply:
                         nxt = state.next_protection_expiry_s()
+                        # a pass that held a preemption back (rule "no cascade") asks for another
+                        retry = state.retry_at_s
+                        state.retry_at_s = None
                         replies.append((reply, {"at_ms": tick.at_ms, "pending": state.pending_count,
                                                 "running": len(state.running),
-                                                "next_protection_expiry_ms": state.ms(nxt) if nxt is not None else None}))
+                                                "next_protection_expiry_ms": state.ms(nxt) if nxt is not None else None,
+                                                "retry_at_ms": state.ms(retry) if retry is not None else None}))
                     continue
                 try:
                     e = decode_event(m.data)
