@@ -19,6 +19,8 @@ nothing; the caller applies the preemptions and the start.
 
 from __future__ import annotations
 
+import math
+
 from typing import Callable
 
 from .cluster import Node, Pool
@@ -41,6 +43,7 @@ def find_victims(
     by_fit: bool = False,
     capped: list[bool] | None = None,
     free_limit: int = -1,
+    fill_after: Callable[[str, int], float] | None = None,
 ) -> tuple[list[Node], list[Workload]] | None:
     """Nodes for the request and the workloads to preempt first, or None when nothing works.
 
@@ -54,7 +57,13 @@ def find_victims(
     failure depends on the order of costs, which change with time, so it must not be
     remembered as final); ``by_fit`` ranks candidate nodes by rules.node_rank (victims that free just enough
     first) instead of by their most expensive victim. A cost's second item is then the progress
-    lost."""
+    lost.
+
+    ``fill_after(group, gpus)`` (with ``caps``): a group's fill once it has lost ``gpus`` GPUs.
+    Given, victims on a node are taken one at a time, each time from the group left fullest
+    by those taken before (a cost's third item, the victim's side fill, is read after them),
+    and nodes rank by the lowest fill their victims leave a group at (rules.node_rank): the
+    loss is spread over equally rich teams instead of falling on the one whose id sorts first."""
     gpn = pool.gpus_per_node
     if gpus > gpn:
         return _find_gang(state, pool, gpus, may_preempt, cost, exclude, caps, capped)
@@ -97,6 +106,8 @@ def find_victims(
         lost: Seconds = 0
         freed = 0  # GPUs the victims free elsewhere
         used: dict[str, int] | None = {} if caps is not None else None
+        if fill_after is not None and caps is not None and used is not None:
+            candidates = _spread(candidates, caps, fill_after, workloads)
         for c, n in candidates:
             if caps is not None and used is not None:
                 group = caps(workloads[c[-1]])
@@ -117,13 +128,43 @@ def find_victims(
                 break
         if got < gpus:
             continue
-        rank = node_rank(worst, got + freed - gpus, lost, len(taken_ids), node.index) if by_fit \
+        floor = math.inf
+        if fill_after is not None and used:
+            for name in sorted(used):
+                f = fill_after(name, used[name])
+                if f < floor:
+                    floor = f
+        rank = node_rank(worst, got + freed - gpus, lost, len(taken_ids), node.index, floor) if by_fit \
             else (worst, len(taken_ids), node.index)
         if best is None or rank < best[0]:
             best = (rank, node, taken_ids)
     if best is None:
         return None
     return [best[1]], [workloads[w] for w in best[2]]
+
+
+def _spread(candidates: list[tuple[tuple, int]], caps: Callable[[Workload], tuple[str, int] | None],
+            fill_after: Callable[[str, int], float], workloads: dict[str, Workload]) -> list[tuple[tuple, int]]:
+    """``candidates`` (sorted by cost) reordered so that each next one, among those costing the
+    same progress, comes from the group left fullest by the ones before it (see find_victims)."""
+    out: list[tuple[tuple, int]] = []
+    remaining = list(candidates)
+    lost_by_group: dict[str, int] = {}
+    while remaining:
+        best_i = 0
+        best_key: tuple = ()
+        for i in range(len(remaining)):
+            c, n = remaining[i]
+            group = caps(workloads[c[-1]])
+            key = c if group is None else (c[0], c[1], -fill_after(group[0], lost_by_group.get(group[0], 0))) + c[3:]
+            if i == 0 or key < best_key:
+                best_i, best_key = i, key
+        c, n = remaining.pop(best_i)
+        group = caps(workloads[c[-1]])
+        if group is not None:
+            lost_by_group[group[0]] = lost_by_group.get(group[0], 0) + n
+        out.append((c, n))
+    return out
 
 
 def _find_gang(state: SchedulerState, pool: Pool, gpus: int, may_preempt: Callable[[Workload], bool],

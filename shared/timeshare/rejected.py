@@ -257,7 +257,8 @@ class _Context:
             # the search itself, on this node alone: what it could have taken there
             found = self.plans[node.index] = (find_victims(
                 self.state, self.pool, gpus, self.rules.may_preempt, self.rules.cost, only=[node],
-                exclude=self.exclude, caps=self.rules.cap, by_fit=True, capped=capped, free_limit=self.free_limit),
+                exclude=self.exclude, caps=self.rules.cap, by_fit=True, capped=capped, free_limit=self.free_limit,
+                fill_after=self.rules.fill_after),
                 bool(capped))
         plan = found[0]
         if plan is None:
@@ -286,7 +287,15 @@ class _Context:
         free = node.free if self.free_limit < 0 or node.free <= self.free_limit else self.free_limit
         worst = max((self.rules.cost(x) for x in victims), default=(-1,))
         beyond = free + sum(x.gpus for x in victims) - self.w.gpus
-        return node_rank(worst, beyond, sum(lost_gpu_s(x, self.now_s) for x in victims), len(victims), node.index)
+        lost_by_group: dict[str, int] = {}
+        for x in victims:
+            group = self.rules.cap(x)
+            if group is not None:
+                on_node = next((len(ids) for nd, ids in x.placement if nd is node), x.gpus)
+                lost_by_group[group[0]] = lost_by_group.get(group[0], 0) + on_node
+        floor = min((self.rules.fill_after(g, n) for g, n in sorted(lost_by_group.items())), default=math.inf)
+        return node_rank(worst, beyond, sum(lost_gpu_s(x, self.now_s) for x in victims), len(victims), node.index,
+                         floor)
 
     def _ranked(self, node: Node, there: list[Workload], chosen: Node) -> str:
         """Which criterion of rules.node_rank put ``chosen`` before ``node``."""
@@ -297,10 +306,13 @@ class _Context:
             return (f"{chosen.name} ranked first: its victims lose {mine[1]:g} GPU-s of progress, those on {node.name} "
                     f"(with it) {theirs[1]:g}")
         if mine[2] != theirs[2]:
-            return (f"{chosen.name} ranked first: it frees {mine[2]} GPUs beyond the request, {node.name} "
-                    f"{theirs[2]}")
+            return (f"{chosen.name} ranked first: its victims leave their team at {-mine[2]:.0%} of its due share "
+                    f"at the lowest, those on {node.name} at {-theirs[2]:.0%}")
         if mine[3] != theirs[3]:
-            return f"{chosen.name} ranked first: {mine[3]} victims against {theirs[3]} on {node.name}"
+            return (f"{chosen.name} ranked first: it frees {mine[3]} GPUs beyond the request, {node.name} "
+                    f"{theirs[3]}")
+        if mine[4] != theirs[4]:
+            return f"{chosen.name} ranked first: {mine[4]} victims against {theirs[4]} on {node.name}"
         return (f"{chosen.name} and {node.name} lose the same progress ({mine[1]:g} GPU-s); {chosen.name} ranked "
                 f"first by its victims' order and node index")
 

@@ -132,16 +132,19 @@ def victim_cost(allocated: bool, lost_gpu_s: Seconds, victim_side_fill: float, w
     return (1 if allocated else 0, lost_gpu_s, -victim_side_fill, workload_id)
 
 
-def node_rank(worst: tuple, freed_beyond: int, lost_gpu_s: Seconds, victims: int, node_index: int) -> tuple:
+def node_rank(worst: tuple, freed_beyond: int, lost_gpu_s: Seconds, victims: int, node_index: int,
+              floor_fill: float = math.inf) -> tuple:
     """Order of candidate nodes for a request of at most one node, best first: no allocated
     victim; then the least progress lost, in GPU-seconds (an 8-GPU gang loses eight times what
     a 1-GPU workload loses per second since its checkpoint, so a smaller victim that frees
     enough wins unless it would lose more); then the fewest GPUs freed beyond the request (a
-    victim's GPUs on other nodes count); then fewer victims; then the dearest victim's cost
+    victim's GPUs on other nodes count); (before that, among nodes losing the same progress, the
+    higher lowest fill the victims leave a subtree at, ``floor_fill``: two equally rich teams
+    each lose a part instead of one losing it all); then fewer victims; then the dearest victim's cost
     (the subtree running most for its due share goes first); then the lower node index.
 
     Measured on the built-in month (docs/2026-12-01-promise.md): ranking the GPUs freed beyond
     the request before the progress lost, or victims on one node before the progress lost,
     wasted 1,450 to 2,500 GPU-hours more, most of it interactive sessions past their minimum
     runtime (not resumable) taken for 1-GPU debug work because they fitted exactly."""
-    return (worst[0], lost_gpu_s, freed_beyond, victims, worst, node_index)
+    return (worst[0], lost_gpu_s, -floor_fill, freed_beyond, victims, worst, node_index)

@@ -673,7 +673,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     if not cached:
         rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
         plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude, caps=rules.cap,
-                            by_fit=True, free_limit=free_limit)
+                            by_fit=True, fill_after=rules.fill_after, free_limit=free_limit)
     elif gpus > gpn:
         rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
@@ -691,7 +691,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         if len(takeable) * gpn < gpus:
             return None
         plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
-                            caps=rules.cap, by_fit=True, capped=capped, exclude=exclude)
+                            caps=rules.cap, by_fit=True, fill_after=rules.fill_after, capped=capped, exclude=exclude)
     else:
         memo_key = (gpu_type, leaf, memo_space)
         memo: FailedSearches | None = state.caches.failed.get(memo_key)
@@ -712,18 +712,19 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
             if changed:
                 rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
-                                    capped=capped, only=changed, exclude=exclude, free_limit=free_limit)
+                                    fill_after=rules.fill_after, capped=capped, only=changed, exclude=exclude,
+                                    free_limit=free_limit)
             else:
                 plan = None
         else:
             rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
             if victims_of:
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
-                                    capped=capped, exclude=exclude, free_limit=free_limit)
+                                    fill_after=rules.fill_after, capped=capped, exclude=exclude, free_limit=free_limit)
             else:  # as above, over every open node
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
-                                    caps=rules.cap, by_fit=True, capped=capped, exclude=exclude, free_limit=free_limit,
-                                    only=[n for n in pool.open_nodes(gpus, exclude)
+                                    caps=rules.cap, by_fit=True, fill_after=rules.fill_after, capped=capped,
+                                    exclude=exclude, free_limit=free_limit, only=[n for n in pool.open_nodes(gpus, exclude)
                                           if _usable_free(n, free_limit) + n.unallocated >= gpus])
         if plan is None and not capped:
             if not narrowed or gpus == memo.size:

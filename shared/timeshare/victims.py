@@ -12,6 +12,7 @@ path: a team back from idle days is served because its due share is larger now.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from .fairshare import FairShareView
@@ -98,6 +99,13 @@ class VictimRules:
             return None
         limit = self.victims_of[v.leaf]
         return limit.b, limit.cap_gpus
+
+    def fill_after(self, subtree: str, lost_gpus: int) -> float:
+        """A victim subtree's fill once it has lost ``lost_gpus`` GPUs (placement.find_victims
+        spreads a loss over equally rich subtrees with it)."""
+        i = self.state.tree.index[subtree]
+        due = self.view.due_at(i)
+        return (self.view.running_at(i) - lost_gpus) / due if due > 0 else math.inf
 
     def cost(self, v: Workload) -> tuple:
         if not v.allocated:

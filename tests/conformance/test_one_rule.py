@@ -147,3 +147,18 @@ def test_shape_7_with_catch_up_a_request_entitled_by_the_windows_drift_alone_is_
     for victim, _ in preempted(run):
         count[victim] = count.get(victim, 0) + 1
     assert max(count.values()) <= 2, count
+
+
+def test_shape_6_victims_needed_from_two_equally_rich_teams_come_from_both():
+    # b and c each run 12 of their due 8 in 2-GPU jobs that checkpointed at the same moment;
+    # a asks for 4 GPUs: two victims, one from each (not both from b, whose id sorts first)
+    builder = (ScenarioBuilder(duration=4 * HOUR).pool("H100", 3, 8).teams(a=1, b=1, c=1)
+               .policy(catch_up=0.0, max_min_runtime_s="2h"))
+    for i in range(6):
+        builder.workload(f"b{i}", "b", gpus=2, work="20h", min_runtime="15m", resumable=True, checkpoint="30m")
+        builder.workload(f"c{i}", "c", gpus=2, work="20h", min_runtime="15m", resumable=True, checkpoint="30m")
+    builder.workload("a4", "a", gpus=4, work="2h", min_runtime="15m", resumable=True, submit="1h")
+    run = refereed(builder.build())
+    assert first_start_s(run, "a4") == HOUR
+    taken = sorted(v[0] for v, by in preempted(run) if by == "a4")
+    assert taken == ["b", "c"], preempted(run)

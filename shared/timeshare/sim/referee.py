@@ -24,7 +24,7 @@ reports, each with the events that show it:
 * **idle**: free GPUs of healthy nodes fit a pending request for over 60 s, except an
   unallocated request kept off the headroom, and an allocated request while a whole-node gang
   is pending in the pool (a reservation may hold the nodes for it);
-* **unfair tier**: two sibling leaves with equal shares, neither of which ran allocated work
+* **unfair tier**: two sibling leaves with equal shares above 0, neither of which ran allocated work
   in the window, both with unallocated work pending, whose running GPUs differ by more than one
   of the unallocated workloads involved, for over an hour;
 * **within share taken** (``catch_up = 0``): allocated work is preempted for another leaf's
@@ -522,8 +522,9 @@ class Referee:
         keys = sorted(pending_u)
         for i, (t, a) in enumerate(keys):
             for t2, b in keys[i + 1:]:
-                if t2 != t or self.parent.get(a) != self.parent.get(b) or self.share.get(a) != self.share.get(b):
-                    continue
+                if t2 != t or self.parent.get(a) != self.parent.get(b) or self.share.get(a) != self.share.get(b) \
+                        or not self.fraction.get(a, 0) > 0:
+                    continue  # (leaves without a share are promised nothing, not even an equal part)
                 if any(self.now_ms - self.last_allocated_ms.get(x, -10 ** 15) < self.window_ms for x in (a, b)):
                     continue
                 ta, tb = self.total.get((t, a), 0), self.total.get((t, b), 0)
