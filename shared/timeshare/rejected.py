@@ -185,7 +185,7 @@ class _Context:
         if self.state.lost_at_ms.get(w.leaf) == self.state.ms(self.now_s):
             return _Verdict(3, 0, self._candidate(
                 v, "no_cascade", f"{w.leaf} lost work to another team's request at this instant: it preempts "
-                                 f"nothing now (it looks again a second later)", **numbers))
+                                 f"nothing now (it looks again within a minute)", **numbers))
         if gpus > room:
             within_what = "already runs at least its due share" if room <= 0 else \
                 f"may take {room:.1f} GPUs within its due share"

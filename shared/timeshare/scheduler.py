@@ -217,7 +217,7 @@ class _Pass:
     def may_preempt_others(self, leaf: str) -> bool:
         """Rule "no cascade": a leaf that lost work to another leaf's request at this instant
         preempts nothing now (but the contract's case: its allocated requests may still take
-        unallocated work). A pass that holds one back asks for another a second later."""
+        unallocated work). A pass that holds one back asks for another NO_CASCADE_RETRY_S later."""
         if self.state.lost_at_ms.get(leaf) != self.now_ms:
             return True
         self.held_back = True
@@ -272,7 +272,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     _phase4_everything_else(p)
     state.pass_seq[pool.gpu_type] = pool.change_seq
     if p.held_back:
-        # rule "no cascade" held a preemption back: a full pass a second later looks again
+        # rule "no cascade" held a preemption back: a full pass looks again a little later
         state.pass_seq.pop(pool.gpu_type, None)
         retry = now_s + NO_CASCADE_RETRY_S
         if state.retry_at_s is None or retry < state.retry_at_s:
@@ -354,8 +354,8 @@ def _phase3_within_due_shares(p: _Pass) -> None:
         if cached and min_gpus > fit_limit and reservation is None:
             memo = state.caches.failed.get((gpu_type, leaf, "in"))
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
-                    and memo.key == (tuple(p.victims_for(leaf, min_gpus).items()) if p.may_preempt_others(leaf)
-                                     else (), None, None):
+                    and memo.key == (tuple(p.victims_for(leaf, min_gpus).items())
+                                     if state.lost_at_ms.get(leaf) != p.now_ms else (), None, None, -1):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         p.activate(leaf, 1)
