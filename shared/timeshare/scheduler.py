@@ -291,33 +291,44 @@ def _requests(state: SchedulerState, pool: Pool,
     # whether any request of this pass asks for allocated time: only those consult the
     # reservation (phase 3, and excluded_for in phase 4)
     any_allocated = True
-    last_full_s = state.full_pass_s.get(gpu_type)
-    if pool.change_seq == state.pass_seq.get(gpu_type) and not state.tree_changed \
-            and last_full_s is not None and now_s - last_full_s < FULL_PASS_EVERY_S:
+    if pool.change_seq == state.pass_seq.get(gpu_type) and not state.tree_changed:
         # rule "quick pass" (Slurm's quick scheduling of new jobs between full passes): when no
         # node of the pool changed since the last pass (no start, stop, end of a protection,
         # cordon or repair) and the tree did not change, the pass looks only at work submitted
         # or requeued since. Everything older was turned down then; it is looked at again at the
-        # next change, or at the first pass FULL_PASS_EVERY_S after the last full one (fills
-        # drift with the window in between, so a request may become entitled with no node
-        # changed; this is a rule, not a cache: the reference mode applies it too). A quick pass
-        # that preempts changes nodes, so the pass that follows it at once is a full one.
-        queues = {}
+        # next change. But due shares drift with the window in between, so an allocated request
+        # may become entitled with no node changed: every allocated request is looked at again
+        # at the first pass FULL_PASS_EVERY_S after they last were (unallocated requests and
+        # requests beyond their due share are owed nothing within a minute; they wait for the
+        # next change). This is a rule, not a cache: the reference mode applies it too. A quick
+        # pass that preempts changes nodes, so the pass that follows it at once is a full one.
+        last_s = state.full_pass_s.get(gpu_type)
+        stale = last_s is None or now_s - last_s >= FULL_PASS_EVERY_S
+        selected: dict[tuple[str, str, str], LeafQueue] = {}
         any_allocated = False
+        if stale:
+            state.full_pass_s[gpu_type] = now_s
+            for key in sorted(queues):
+                whole = queues[key]
+                if key[0] == gpu_type and key[2] == "a" and whole.count:
+                    selected[key] = whole
+                    any_allocated = True
         for wid in fresh:
             w = workloads[wid]
             if w.state == PENDING:
                 if w.queue_class == "a":
+                    if stale:
+                        continue  # its leaf's whole queue is looked at already
                     any_allocated = True
-                q = queues.get((gpu_type, w.leaf, w.queue_class))
+                q = selected.get((gpu_type, w.leaf, w.queue_class))
                 if q is None:
-                    q = queues[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
+                    q = selected[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
                 q.add(w.gpus, w.key)
-        if not queues:
-            fresh.clear()
+        fresh.clear()
+        if not selected:
             return None
-    else:
-        state.full_pass_s[gpu_type] = now_s
+        return selected, any_allocated
+    state.full_pass_s[gpu_type] = now_s
     fresh.clear()
     return queues, any_allocated
 

@@ -129,17 +129,17 @@ class _Log:
     def _id(self) -> str:
         return f"x{len(self.events)}"
 
-    def submit(self, at_s: int, wid: str, project: str, gpus: int) -> "_Log":
+    def submit(self, at_s: int, wid: str, project: str, gpus: int, min_runtime_s: int = 900) -> "_Log":
         spec = ev.WorkloadSpec(id=wid, submit_s=at_s, project=project, gpu_type="H100", gpus=gpus, work_s=10 * HOUR,
-                               min_runtime_s=900, resumable=True)
+                               min_runtime_s=min_runtime_s, resumable=True)
         self.events.append(ev.WorkloadSubmitted(event_id=self._id(), at_ms=at_s * 1000, workload=spec))
         return self
 
-    def start(self, at_s: int, wid: str, project: str, gpu_ids: list[int]) -> "_Log":
+    def start(self, at_s: int, wid: str, project: str, gpu_ids: list[int], allocated: bool = True) -> "_Log":
         self.events.append(ev.WorkloadStarted(
             event_id=self._id(), at_ms=at_s * 1000, workload_id=wid, project=project, gpu_type="H100",
-            gpus=len(gpu_ids), placement=[ev.NodeGpus(node="H100-000", gpu_ids=gpu_ids)], allocated=True,
-            protected_until_ms=(at_s + 900) * 1000))
+            gpus=len(gpu_ids), placement=[ev.NodeGpus(node="H100-000", gpu_ids=gpu_ids)], allocated=allocated,
+            protected_until_ms=(at_s + 900) * 1000 if allocated else None))
         return self
 
     def preempt(self, at_s: int, wid: str, by: str, by_project: str) -> "_Log":
@@ -191,3 +191,16 @@ def test_the_referee_reports_an_entitled_request_left_waiting():
               and not (getattr(e, "workload_id", None) == "a1" and not isinstance(e, ev.WorkloadSubmitted))]
     kinds = {f.kind for f in check(scenario, forged, run.result.end_s)}
     assert {"not served", "idle"} <= kinds
+
+
+def test_the_referee_reports_one_team_holding_the_unallocated_tier():
+    scenario = _two_teams().build()
+    log = (_Log().submit(0, "a1", "a", 4, 0).start(0, "a1", "a", [0, 1, 2, 3], allocated=False)
+           .submit(0, "a2", "a", 4, 0).start(0, "a2", "a", [4, 5, 6, 7], allocated=False)
+           .submit(60, "b1", "b", 4, 0))
+    assert [f.kind for f in check(scenario, log.events, 3 * HOUR)] == ["unfair tier"]
+    # one workload each is what equal teams are promised: nothing to report
+    level = (_Log().submit(0, "a1", "a", 4, 0).start(0, "a1", "a", [0, 1, 2, 3], allocated=False)
+             .submit(0, "b1", "b", 4, 0).start(0, "b1", "b", [4, 5, 6, 7], allocated=False)
+             .submit(60, "a2", "a", 4, 0).submit(60, "b2", "b", 4, 0))
+    assert check(scenario, level.events, 3 * HOUR) == []

@@ -25,8 +25,10 @@ reports, each with the events that show it:
   unallocated request kept off the headroom, and an allocated request while a whole-node gang
   is pending in the pool (a reservation may hold the nodes for it);
 * **unfair tier**: two sibling leaves with equal shares above 0, neither of which ran allocated work
-  in the window, both with unallocated work pending, whose running GPUs differ by more than one
-  of the unallocated workloads involved, for over an hour;
+  in the window, where for over an hour the poorer one's
+  request could have taken one of the richer one's unallocated workloads (at least as large)
+  and still run no more than it after, and less than it by the unallocated hysteresis with the
+  request (a swap that would only reverse who is richer is no promise);
 * **within share taken** (``catch_up = 0``): allocated work is preempted for another leaf's
   allocated request while some subtree from where their paths part down to the victim's leaf
   ran at most its fraction of the pool just before the decision.
@@ -504,22 +506,23 @@ class Referee:
         return False
 
     def _tier_pairs(self) -> set[tuple]:
-        """Sibling leaves of equal shares, both with unallocated work pending, unequal by more
-        than one workload, neither having run allocated work within the window."""
+        """Sibling leaves of equal shares, neither having run allocated work within the window,
+        where the poorer one's pending unallocated request could take one of the richer one's
+        unallocated workloads (as large, or larger) and still run no more than it afterwards,
+        while running less than it by more than the hysteresis with the request."""
         out: set[tuple] = set()
-        pending_u: dict[tuple[str, str], int] = {}
+        pending_u: dict[tuple[str, str], list[int]] = {}
         for (t, allocated, g), projects in self.pending_index.items():
             if not allocated:
                 for project in projects:
-                    pending_u[(t, project)] = max(pending_u.get((t, project), 0), g)
-        if len(pending_u) < 2:
+                    pending_u.setdefault((t, project), []).append(g)
+        if not pending_u:
             return out
-        running_u: dict[tuple[str, str], int] = {}
+        running_u: dict[tuple[str, str], list[int]] = {}
         for r in self.running.values():
             if not r.allocated:
-                key = (r.gpu_type, r.leaf)
-                running_u[key] = max(running_u.get(key, 0), r.gpus)
-        keys = sorted(pending_u)
+                running_u.setdefault((r.gpu_type, r.leaf), []).append(r.gpus)
+        keys = sorted(set(pending_u) | set(running_u))
         for i, (t, a) in enumerate(keys):
             for t2, b in keys[i + 1:]:
                 if t2 != t or self.parent.get(a) != self.parent.get(b) or self.share.get(a) != self.share.get(b) \
@@ -529,8 +532,12 @@ class Referee:
                     continue
                 ta, tb = self.total.get((t, a), 0), self.total.get((t, b), 0)
                 rich, poor = (a, b) if ta > tb else (b, a)
-                one = max(pending_u[(t, poor)], running_u.get((t, rich), 0))
-                if abs(ta - tb) > one and running_u.get((t, rich), 0) > 0:
+                t_rich, t_poor = max(ta, tb), min(ta, tb)
+                due = self.fraction[a] * self.pool_gpus[t]
+                gpn = self.gpn[t]
+                if any(v >= g and (g <= gpn or v > gpn) and t_poor + g <= t_rich - v
+                       and (t_poor + g) / due + self.unallocated_hysteresis < t_rich / due
+                       for g in pending_u.get((t, poor), []) for v in running_u.get((t, rich), [])):
                     out.add((t, a, b))
         return out
 
