@@ -143,7 +143,7 @@ def node_rank(worst: tuple, freed_beyond: int, lost_gpu_s: Seconds, victims: int
     each lose a part instead of one losing it all); then fewer victims; then the dearest victim's cost
     (the subtree running most for its due share goes first); then the lower node index.
 
-    Measured on the built-in month (docs/2026-12-01-promise.md): ranking the GPUs freed beyond
+    Measured on the built-in month (docs/records/2026-12-01-promise.md): ranking the GPUs freed beyond
     the request before the progress lost, or victims on one node before the progress lost,
     wasted 1,450 to 2,500 GPU-hours more, most of it interactive sessions past their minimum
     runtime (not resumable) taken for 1-GPU debug work because they fitted exactly."""

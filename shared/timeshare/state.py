@@ -179,7 +179,7 @@ class SchedulerState:
 
         What changes is which ids ``validate_submission`` calls taken: a forgotten id is free
         again here. Ids are unique for ever at the gateway (its durable store answers 409) and
-        within JetStream's dedup window; see services/README.md, "Bounded state".
+        within JetStream's dedup window; see docs/design/services.md, "Bounded state".
 
         Left as they are, on purpose: the protection heap's entries of ended workloads (one
         per protected start, each gone once its minimum runtime has passed, so bounded by
