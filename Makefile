@@ -36,7 +36,7 @@ test-fast: setup
 bench: setup
 	$(PY) benchmarks/bench_sim.py
 
-# the scheduling core compiled with mypyc into .build/mypyc/<hash>/ (README "Speed: the compiled core")
+# the scheduling core compiled with mypyc into .build/mypyc/<hash>/ (docs/records/2026-11-measurements.md, "Speed: the compiled core")
 compiled: setup
 	$(PY) benchmarks/compiled.py
 

@@ -6,7 +6,7 @@ Prints, never asserts.
 
     python benchmarks/attainment_breakdown.py [SCENARIO] [--set unallocated_preemption=fair ...]
 
-The README's "What closing the all-work gap costs" quotes this script's output.
+docs/records/2026-11-measurements.md, "What closing the all-work gap costs", quotes this script's output.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ log. With it, the server itself refuses the publish (a "Permissions Violation"):
   operator's tools (``nats`` CLI, ``python -m services.placement.skip``). Keep its password
   off service hosts.
 
-Left open (documented in docs/2026-12-01-security.md): every service may still create streams
+Left open (documented in docs/records/2026-12-01-security.md): every service may still create streams
 (an existing one is left as it is: creating it again with another configuration fails) and
 create or delete consumers (each creates what it uses at start). Updating a stream (its limits
 could wipe it), deleting or purging one is for placement and the operator only.

@@ -27,7 +27,7 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: or "fair" (only its own team's, that of subtrees running more than it would by the
     #: unallocated hysteresis, or any while it stays within its due share plus that
     #: hysteresis at every level): teams that reach their share through unallocated work keep
-    #: it, and funded work beyond a team's share waits longer (README "Measured results")
+    #: it, and funded work beyond a team's share waits longer (docs/records/2026-11-measurements.md, "What closing the all-work gap costs")
     unallocated_preemption: str = "any"
     #: the part of each pool that unallocated work leaves free (0.01 = 1% of its GPUs, rounded
     #: down): funded work that arrives starts there without preempting anyone. Unallocated work
@@ -36,7 +36,7 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: (at most this part of the pool); the gain, fewer restarts of unallocated work, each of
     #: which loses the progress since its last checkpoint. The default, 2%, is the idle part of
     #: a cluster run at the 98% occupancy the Ai2 trial reported before and after
-    #: (docs/2026-12-01-headroom.md measures 0 to 2% on the built-in month)
+    #: (docs/records/2026-12-01-headroom.md measures 0 to 2% on the built-in month)
     unallocated_headroom: float = 0.02
     #: how strongly the window's memory moves the share due now: due = share x (1 + catch_up x
     #: (1 - usage ratio)); 0 orders by the instantaneous share alone

@@ -1,6 +1,6 @@
 """The devstack's synthetic traffic offers the load it is asked for, whatever the workloads ask:
 a fixed submission rate offered the demo cluster 5.8x its GPUs and its queue never stopped
-growing (docs/2026-12-01-dashboard.md, "Demo churn")."""
+growing (docs/records/2026-12-01-dashboard.md, "Demo churn")."""
 
 from __future__ import annotations
 
