@@ -1,7 +1,10 @@
-# timeshare — the two commands a newcomer needs: `make run` and `make test`.
+# timeshare — the two commands a newcomer needs: `make run` and `make test` (README.md, "Setup").
 PY ?= .venv/bin/python
 PIP ?= .venv/bin/pip
 PYTHON ?= python3
+
+# what `make setup` says last (only when asked for by name: `make run` and `make test` set up first)
+NEXT = ready: make run starts the live stack and make test runs the tests; README.md walks through the first ten minutes
 
 .PHONY: setup run simulate test test-fast bench compiled bench-live bench-report bench-ledger-report bench-failover chaos schemas screenshots clean
 
@@ -9,6 +12,7 @@ PYTHON ?= python3
 # C compiler it says so and everything runs in pure Python
 setup: .venv/.installed
 	@$(PY) benchmarks/compiled.py >/dev/null 2>&1 || echo "note: the compiled core could not be built; timeshare simulate runs pure Python"
+	$(if $(filter setup,$(MAKECMDGOALS)),@echo "$(NEXT)")
 
 .venv/.installed: pyproject.toml
 	$(PYTHON) -m venv .venv
