@@ -14,8 +14,10 @@ Durations are written as people do ("2h30m", "2hours", "90min", "1 day"); times 
 UTC ("2026-12-01 14:32:05Z"). A value argparse refuses (``--gpus -1``, ``--work lots``,
 ``budget set x=nan``) is one line on stderr naming the argument, exit status 2, nothing sent.
 
-The gateway is TIMESHARE_URL (default http://127.0.0.1:8080), the token TIMESHARE_TOKEN;
-``--json`` prints the gateway's answer as is, for scripts. Registered by timeshare.cli.
+The gateway is ``--url``, else TIMESHARE_URL, else the stack ``make run`` runs on this checkout
+(its address and token are in ``.run/devstack/env``; the CLI says on stderr that it talks to
+it), else http://127.0.0.1:8080. The token is ``--token``, else TIMESHARE_TOKEN, else the
+devstack's. ``--json`` prints the gateway's answer as is, for scripts. Registered by timeshare.cli.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -38,6 +41,15 @@ from timeshare.workload import PRIORITIES
 #: the most queue entries the gateway answers at once: a filtered queue asks for all of them
 _QUEUE_MAX = 100000
 
+#: where ``make run`` (python -m services.devstack) writes the URL and token of the stack it
+#: runs; TIMESHARE_DEVSTACK_ENV names another file (a devstack started with --data DIR: DIR/env)
+DEVSTACK_ENV = Path(__file__).resolve().parents[1] / ".run" / "devstack" / "env"
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+#: the states ``workloads --state`` accepts; "preempted" is work a preemption stopped that has
+#: not run since (ended, or requeued and waiting again)
+STATES = ("pending", "running", "completed", "failed", "cancelled", "preempted")
+
 
 # -- argument types: argparse turns their ArgumentTypeError into "argument --x: message", exit 2 --
 
@@ -46,6 +58,16 @@ def _duration(text: str) -> int:
         return parse_duration_s(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _work(text: str) -> int:
+    """``--work``: a duration of at least one second (nothing runs for no time)."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"expected a duration of at least 1 second, got {text!r}")
+    seconds = _duration(text)
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"expected a duration of at least 1 second, got {text!r}")
+    return seconds
 
 
 def _positive_int(text: str) -> int:
@@ -124,15 +146,59 @@ def _num(x: float | None, spec: str) -> str:
 
 # -- the gateway --
 
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines (``export`` and shell quotes allowed, ``#`` comments) of a file the
+    devstack wrote; {} when it is missing or unreadable."""
+    import shlex
+
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        key, sep, value = line.partition("=")
+        if sep and key.strip():
+            try:
+                words = shlex.split(value)
+            except ValueError:
+                continue
+            out[key.strip()] = words[0] if words else ""
+    return out
+
+
+def _target(args) -> tuple[str, str, str | None]:
+    """(gateway URL, token as given, where they came from when not from the caller): --url,
+    TIMESHARE_URL, the devstack's env file (its token too, unless one is given), the default."""
+    token = args.token or os.environ.get("TIMESHARE_TOKEN", "")
+    url = args.url or os.environ.get("TIMESHARE_URL", "")
+    if url:
+        return url, token, None
+    path = Path(os.environ.get("TIMESHARE_DEVSTACK_ENV") or DEVSTACK_ENV)
+    env = read_env_file(path)
+    if env.get("TIMESHARE_URL"):
+        return env["TIMESHARE_URL"], token or env.get("TIMESHARE_TOKEN", ""), str(path)
+    return DEFAULT_URL, token, None
+
+
 def _client(args) -> httpx.Client:
-    token = (args.token or os.environ.get("TIMESHARE_TOKEN", "")).strip()
+    url, token, source = _target(args)
+    token = token.strip()
     if token and not (token.isascii() and token.isprintable() and token.split() == [token]):
         source = "argument --token" if args.token else "TIMESHARE_TOKEN"
         print(f"timeshare: {source}: a token is printable ASCII without spaces", file=sys.stderr)
         raise SystemExit(2)
+    if source is not None and not getattr(args, "_said_where", False):
+        # say it once per command: a stack found in a file is not one the user named
+        print(f"timeshare: the devstack at {url} (from {source}; TIMESHARE_URL for another)", file=sys.stderr)
+        args._said_where = True
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=args.url or os.environ.get("TIMESHARE_URL", "http://127.0.0.1:8080"),
-                        headers=headers, timeout=30)
+    return httpx.Client(base_url=url, headers=headers, timeout=30)
 
 
 def _call(args, method: str, path: str, **kwargs):
@@ -140,7 +206,10 @@ def _call(args, method: str, path: str, **kwargs):
         with _client(args) as http:
             r = http.request(method, path, **kwargs)
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        print(f"timeshare: cannot reach the gateway ({exc}); set TIMESHARE_URL", file=sys.stderr)
+        url, _, source = _target(args)
+        hint = (f"is `make run` still running? ({source})" if source is not None
+                else "start one with `make run`, or set TIMESHARE_URL")
+        print(f"timeshare: cannot reach the gateway at {url} ({exc}); {hint}", file=sys.stderr)
         raise SystemExit(2)
     try:
         body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {"detail": r.text}
@@ -172,6 +241,9 @@ def _cmd_submit(args) -> int:
             "command": args.command or None}
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
     r = _call(args, "POST", "/v1/workloads", json=body, headers=headers)
+    if args.quiet and not args.json:
+        print(r["workload_id"])
+        return 0
     return _out(args, r, f"submitted {r['workload_id']} ({args.gpus} x {args.gpu_type} for {args.project}, "
                          f"work {format_duration_s(args.work)})"
                          + (" [same key as before: same workload]" if r.get("replayed") else ""))
@@ -269,11 +341,15 @@ def _cmd_whoami(args) -> int:
 def _cmd_workloads(args) -> int:
     _mine(args)
     params = {"limit": args.limit, **({"user": args.user} if args.user else {}),
-              **({"state": args.state} if args.state else {})}
+              **({"state": args.state} if args.state else {}), **({"preempted": "true"} if args.preempted else {})}
     r = _call(args, "GET", "/v1/workloads", params=params)
     rows = r["workloads"]
+    if args.quiet and not args.json:
+        print("\n".join(w["id"] for w in rows))
+        return 0
     lines = [f"{len(rows)} of {r['total']} workloads" + (f" of user {args.user}" if args.user else "")
              + (f" in state {args.state}" if args.state else "")
+             + (" preempted at least once" if args.preempted else "")
              + " (wait = submission to first start, ended = submission to end)",
              f"{'workload':<28} {'project':<20} {'user':<10} {'gpus':>4} {'type':<6} {'state':<10} "
              f"{'submitted (UTC)':<20} {'wait':>7} {'ended':>7} {'preempted':>9}"]
@@ -324,6 +400,12 @@ def _cmd_nodes_cordon(args) -> int:
               json={"ok": False, "reason": args.reason, "needs_human": args.needs_human})
     return _out(args, r, f"{r['node']}: {r['state']}" + (f" ({r['note']})" if r.get("note") else
                                                          " (drains as its work reaches its minimum runtime)"))
+
+
+def _cmd_nodes_uncordon(args) -> int:
+    # a mistaken cordon: the node takes work again at once (what its drain preempted stays preempted)
+    r = _call(args, "POST", _path("/v1/nodes", args.node, "uncordon"))
+    return _out(args, r, f"{r['node']}: back in service ({r['event_id']})")
 
 
 def _cmd_nodes_repair(args) -> int:
@@ -444,12 +526,13 @@ def add_parsers(sub) -> None:
     p.add_argument("--project", required=True)
     p.add_argument("--gpu-type", default="H100")
     p.add_argument("--gpus", type=_positive_int, required=True)
-    p.add_argument("--work", type=_duration, required=True, help="declared work time (e.g. 2h30m, 2hours, 90min)")
+    p.add_argument("--work", type=_work, required=True, help="declared work time (e.g. 2h30m, 2hours, 90min)")
     p.add_argument("--min-runtime", type=_duration, default="0", help="protected minimum runtime (0 = unallocated)")
     p.add_argument("--resumable", action="store_true")
     p.add_argument("--priority", default="normal", choices=PRIORITIES)
     p.add_argument("--kind", default="other")
     p.add_argument("--idempotency-key")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the workload id (ID=$(timeshare submit ... -q))")
     p.add_argument("command", nargs="*", help="command for the process executor (after --)")
     p.set_defaults(func=_cmd_submit)
     for name, fn, helptext in (("status", _cmd_status, "a workload's state and history"),
@@ -469,8 +552,11 @@ def add_parsers(sub) -> None:
     who = p.add_mutually_exclusive_group()
     who.add_argument("--user", help="only this user's")
     who.add_argument("--mine", action="store_true", help="only your own (the token's user)")
-    p.add_argument("--state", help="only in this state (pending, running, completed, failed, cancelled, preempted)")
+    p.add_argument("--state", choices=STATES, help="only in this state; preempted = stopped by a preemption and "
+                                                   "not run since (ended, or requeued and waiting)")
+    p.add_argument("--preempted", action="store_true", help="only work preempted at least once, whatever its state")
     p.add_argument("--limit", type=_positive_int, default=200)
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the workload ids, one a line")
     p.set_defaults(func=_cmd_workloads)
     p = common(sub.add_parser("queue", help="pending work in scheduling order"))
     p.add_argument("--gpu-type")
@@ -480,15 +566,19 @@ def add_parsers(sub) -> None:
     p.add_argument("--project", help="only workloads of this project or below it, e.g. tulu or tulu/rl")
     p.add_argument("--limit", type=_positive_int, default=50)
     p.set_defaults(func=_cmd_queue)
-    p = common(sub.add_parser("nodes", help="nodes, their state and work (nodes cordon NODE / nodes repair NODE)"))
+    p = common(sub.add_parser("nodes", help="nodes, their state and work (nodes cordon / uncordon / repair NODE)"))
     p.set_defaults(func=_cmd_nodes)
-    nsub = p.add_subparsers(dest="nodes_command", metavar="{cordon,repair}")
+    nsub = p.add_subparsers(dest="nodes_command", metavar="{cordon,uncordon,repair}")
     r = common(nsub.add_parser("cordon", help="take a node out of service (admins, health agents): no new work, "
                                               "drained as its work reaches its minimum runtime, then repaired"))
     r.add_argument("node", type=_name)
     r.add_argument("--reason", required=True, help="why (kept on the node.unhealthy event)")
     r.add_argument("--needs-human", action="store_true", help="a person must repair it (no repair command)")
     r.set_defaults(func=_cmd_nodes_cordon)
+    r = common(nsub.add_parser("uncordon", help="take back a cordon (admins): a cordoned or drained node takes work "
+                                                "again at once"))
+    r.add_argument("node", type=_name)
+    r.set_defaults(func=_cmd_nodes_uncordon)
     r = common(nsub.add_parser("repair", help="declare a drained or failed node repaired (admins)"))
     r.add_argument("node", type=_name)
     r.set_defaults(func=_cmd_nodes_repair)

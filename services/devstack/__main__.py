@@ -75,8 +75,9 @@ def parse_args(argv=None):
                    help="pools, allocation tree, policy and workload generator (default: infra/demo/cluster.toml)")
     p.add_argument("--data", default=str(ROOT / ".run" / "devstack"),
                    help="folder for NATS and PostgreSQL data (default: .run/devstack)")
-    p.add_argument("--port", type=int, default=8080,
-                   help="gateway port (default 8080; a free port is taken when it is busy; 0 = any free port)")
+    p.add_argument("--port", type=int, default=None,
+                   help="gateway port (default: the port of the last run on this --data, else 8080; a free port "
+                        "is taken when it is busy and kept for the next run; 0 = any free port)")
     p.add_argument("--speed", type=float, default=60.0,
                    help="divide workload durations by this (default 60: a 1 h run takes 1 min)")
     p.add_argument("--load", type=float, default=0.9,
@@ -91,12 +92,46 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+#: the file the stack writes its address and token to, in its data folder (.run/devstack/env):
+#: the CLI reads it when TIMESHARE_URL is unset, and the next run takes the same port again
+ENV_FILE = "env"
+
+
+def env_lines(url: str, token: str) -> str:
+    """The env file's text: sourceable by a shell, read by ``services.cli.read_env_file``."""
+    return (f"# written by python -m services.devstack (make run) at each start; the timeshare CLI reads it\n"
+            f"export TIMESHARE_URL={url}\nexport TIMESHARE_TOKEN={token}\n")
+
+
+def last_port(data: Path) -> int | None:
+    """The gateway port of the last run on ``data`` (its env file), if any."""
+    from urllib.parse import urlsplit
+
+    from ..cli import read_env_file
+
+    try:
+        return urlsplit(read_env_file(data / ENV_FILE).get("TIMESHARE_URL", "")).port
+    except ValueError:
+        return None
+
+
+def cli_command() -> str:
+    """How to call the CLI of this interpreter's virtualenv, as short as it can be written from here."""
+    path = Path(sys.executable).parent / "timeshare"
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path) if path.exists() else "timeshare"
+
+
 def port_or_free(port: int) -> int:
     if port == 0:
         return free_port()
     import socket
 
     with socket.socket() as s:
+        # as uvicorn binds: the last run's connections left in TIME_WAIT do not make it busy
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -123,7 +158,7 @@ def paced_gaps_s(workloads, total_gpus: int, speed: float, load: float) -> list[
 
     A fixed rate ignores what the workloads ask: the demo's 2 submissions/s with durations / 60
     offered 5.8x the cluster, the queue grew by ~30 workloads a minute for ever and unallocated
-    work was preempted by every arrival (docs/2026-12-01-dashboard.md, "Demo churn")."""
+    work was preempted by every arrival (docs/records/2026-12-01-dashboard.md, "Demo churn")."""
     if not workloads:
         return []
     gpu_s = sum(w.gpus * request_of(w, speed)["work_s"] for w in workloads)
@@ -254,10 +289,11 @@ async def main(argv=None) -> int:
                 for note in candidate.notes:
                     say("  " + note)
         config = load_cluster(args.cluster_file)
+        wanted_port = args.port if args.port is not None else (last_port(data) or 8080)
         settings = replace(Settings.from_env(), nats_url=nats_server.url,
                            nats_credentials=nats_server.credentials_file, database_url=database_url,
                            cluster_file=args.cluster_file, cluster=config.name,
-                           http_port=port_or_free(args.port), tokens=json.dumps(DEMO_TOKENS),
+                           http_port=port_or_free(wanted_port), tokens=json.dumps(DEMO_TOKENS),
                            executor="simulated", time_scale=1.0, heartbeat_timeout_s=30.0,
                            repair_command="sleep 2; echo repaired $TIMESHARE_NODE")
         if "TIMESHARE_OTEL" not in os.environ:
@@ -272,18 +308,25 @@ async def main(argv=None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         url = stack["gateway"].url
+        env_file = data / ENV_FILE
+        env_file.write_text(env_lines(url, "dev-admin"))
+        cli = cli_command()
+        found_by_cli = env_file.resolve() == (ROOT / ".run" / "devstack" / ENV_FILE).resolve()
         traffic = f"{args.rate}/s" if args.rate is not None else f"offered load {args.load:g} x the GPUs"
         print(f"\ntimeshare devstack is up: cluster {config.name!r}, "
               f"{sum(p.nodes * p.gpus_per_node for p in config.pools)} GPUs, store: "
               f"{'PostgreSQL ' + database_url if pg else 'in-memory'}, NATS {nats_server.url}\n"
               f"  gateway:  {url}   (OpenAPI: {url}/docs)\n"
               f"  dashboard: {url}/ui#token=dev-admin\n"
-              f"  tokens:   dev-admin (admin), dev-research / dev-product (managers), dev-user\n"
+              f"  tokens:   dev-admin (admin), dev-research / dev-product (managers), dev-user, dev-health\n"
               f"  NATS:     a user per service; passwords in {nats_server.credentials_file} (the nats CLI: "
               f"--user operator --password <its operator entry>)\n"
+              f"  CLI:      {cli} queue" + (f"   (it finds this stack in {env_file})\n" if found_by_cli else "\n")
+              + f"            export TIMESHARE_URL={url} TIMESHARE_TOKEN=dev-admin   # "
+              + ("for another shell or checkout\n" if found_by_cli else "first: this --data is not the CLI's default\n") +
               f"  try:      curl -H 'Authorization: Bearer dev-user' {url}/v1/queue\n"
-              f"            TIMESHARE_URL={url} TIMESHARE_TOKEN=dev-admin timeshare queue\n"
-              f"  synthetic submissions: {traffic}, durations / {args.speed:g}.  Ctrl-C stops everything.\n",
+              f"  synthetic submissions: {traffic}, their durations / {args.speed:g} (a 1 h job runs 1 min); "
+              f"times shown are real UTC.  Ctrl-C stops everything.\n",
               flush=True)
         tasks = [asyncio.create_task(submit_flow(url, config, args.speed, args.rate, args.load, stop)),
                  asyncio.create_task(heartbeats(stack, stop))]

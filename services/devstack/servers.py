@@ -159,6 +159,14 @@ class NatsServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc is not None and self.proc.poll() is not None:
+            # nats-server leaves its pid file behind even on a clean stop: a pid file found at the
+            # next start then means a server that was killed or is still running (_leftover)
+            try:
+                if int(Path(self.pid_file).read_text().strip()) == self.proc.pid:
+                    os.unlink(self.pid_file)
+            except (OSError, ValueError):
+                pass
 
 
 @dataclass

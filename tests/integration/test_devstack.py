@@ -153,3 +153,54 @@ def test_devstack_killed_takes_its_servers_with_it_and_the_next_start_says_what_
         if stray is not None:
             stray.stop()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def test_a_nats_server_stopped_cleanly_leaves_nothing_the_next_start_complains_about(tmp_path):
+    from services.devstack.servers import NatsServer
+
+    first = NatsServer(str(tmp_path / "nats")).start()
+    first.stop()
+    again = NatsServer(str(tmp_path / "nats")).start()
+    try:
+        assert again.notes == []
+    finally:
+        again.proc.kill()  # killed: its pid file stays, and the next start says so
+        again.proc.wait()
+    third = NatsServer(str(tmp_path / "nats")).start()
+    third.stop()
+    assert third.notes == [f"{tmp_path / 'nats'}: the last nats-server did not stop cleanly (stale pid file)"]
+
+
+def test_after_a_clean_ctrl_c_the_next_start_keeps_the_port_and_reports_nothing_left(tmp_path):
+    from services.devstack.servers import free_port
+
+    data = tmp_path / "data"
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'shared'}:{ROOT}", TIMESHARE_LOG_LEVEL="WARNING")
+    port = free_port()
+    urls, outputs = [], []
+    for argv in (["--port", str(port)], []):  # the second start is told no port: it takes the last one
+        proc = subprocess.Popen([sys.executable, "-m", "services.devstack", "--memory", "--data", str(data),
+                                 "--rate", "2", *argv],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            lines: list[str] = []
+            while not any("Ctrl-C stops everything" in line for line in lines):
+                line = proc.stdout.readline()
+                assert line, "".join(lines)
+                lines.append(line)
+            text = "".join(lines)
+            urls.append(re.search(r"gateway:\s+(http://\S+)", text).group(1))
+            # the banner: how to reach it from the CLI, and the env file it wrote for the CLI
+            assert f"export TIMESHARE_URL={urls[-1]} TIMESHARE_TOKEN=dev-admin" in text, text
+            assert (data / "env").read_text().splitlines()[1:] == [f"export TIMESHARE_URL={urls[-1]}",
+                                                                  "export TIMESHARE_TOKEN=dev-admin"]
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=60)
+            outputs.append(text + out)
+            assert proc.returncode == 0 and "nothing left running" in out, out
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert urls == [f"http://127.0.0.1:{port}"] * 2
+    assert "did not stop cleanly" not in outputs[1] and "was left running" not in outputs[1], outputs[1]
