@@ -57,6 +57,8 @@ class HealthReport(Message, forbid_unknown_fields=True):
 class Repaired(Message, forbid_unknown_fields=True):
     node: str
     by: str = ""
+    #: take back a cordon (a cordoned or drained node) instead of declaring a repair (drained or down)
+    uncordon: bool = False
 
 
 class Heartbeat(Message, forbid_unknown_fields=True):

@@ -9,7 +9,7 @@ ledger, node liveness from health).
 
 
 import hashlib
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
@@ -97,6 +97,18 @@ ERROR_RESPONSES: dict[int | str, dict] = {
 class Unavailable(Exception):
     pass
 
+
+#: what ``GET /v1/workloads?state=`` accepts (anything else: 422 naming the choices)
+WorkloadState = Literal["pending", "running", "completed", "failed", "cancelled", "preempted"]
+
+
+def state_matches(doc: dict, state: str) -> bool:
+    """Whether a workload of the projection is in ``state``; "preempted" also holds work a
+    preemption sent back to the queue that has not started since (its state is "pending")."""
+    if state == "preempted":
+        return doc["state"] == "preempted" or (
+            doc["state"] == "pending" and doc.get("last_event") in ("workload.preempted", "workload.requeued"))
+    return doc["state"] == state
 
 def ended_explanation(doc: dict) -> dict:
     """What the core's explanation says of ended work (its state, "Completed."), from this
@@ -286,13 +298,17 @@ def create_app(gw) -> FastAPI:
         return explanation
 
     @app.get(f"/{API_VERSION}/workloads", tags=["workloads"])
-    async def list_workloads(who: Auth, state: Annotated[str | None, Query(max_length=32)] = None,
+    async def list_workloads(who: Auth, state: WorkloadState | None = None, preempted: bool = False,
                              user: Annotated[str | None, Query(max_length=limits.MAX_LABEL_CHARS)] = None,
                              limit: Annotated[int, Query(ge=0, le=10000)] = 200) -> dict:
-        """Workloads the caller may see: their own, those of subtrees they manage (admins: all)."""
+        """Workloads the caller may see: their own, those of subtrees they manage (admins: all).
+        ``state=preempted``: stopped by a preemption and not run since (ended, or requeued and
+        waiting again); ``preempted=true``: preempted at least once, whatever the state now."""
         rows = [d for _, d in await gw.store.scan("workload") if who.may_see(d)]
         if state:
-            rows = [d for d in rows if d["state"] == state]
+            rows = [d for d in rows if state_matches(d, state)]
+        if preempted:
+            rows = [d for d in rows if d.get("preemptions", 0) > 0]
         if user:
             rows = [d for d in rows if d["user"] == user]
         rows.sort(key=lambda d: (d["submitted_ms"], d["id"]))
@@ -408,6 +424,15 @@ def create_app(gw) -> FastAPI:
         if not who.admin:
             raise HTTPException(403, "only admins declare nodes repaired")
         return await ask(subjects.cmd_subject(cluster, "health.repaired"), {"node": node, "by": who.user})
+
+    @app.post(f"/{API_VERSION}/nodes/{{node}}/uncordon", tags=["nodes"])
+    async def uncordon(node: str, who: Auth) -> dict:
+        """Take back a cordon (a mistaken one): a cordoned or drained node takes work again at once."""
+        check_id("node", node)
+        if not who.admin:
+            raise HTTPException(403, "only admins uncordon nodes")
+        return await ask(subjects.cmd_subject(cluster, "health.repaired"),
+                         {"node": node, "by": who.user, "uncordon": True})
 
     ui.mount(app, gw, Auth, ask)
     return app

@@ -30,9 +30,9 @@ def router(service, cluster: str) -> NatsRouter:
         return await service.health_check(rep.node, rep.ok, rep.reason, rep.needs_human)
 
     @r.subscriber(subjects.cmd_subject(cluster, "health.repaired"), title="health.repaired",
-                  description="a human declares a drained or down node repaired")
+                  description="a human declares a drained or down node repaired, or takes back a cordon (uncordon)")
     async def repaired(cmd: Repaired) -> dict:
-        return await service.declare_repaired(cmd.node)
+        return await service.declare_repaired(cmd.node, uncordon=cmd.uncordon)
 
     @r.subscriber(subjects.query_subject(cluster, "health.nodes"), title="health.nodes",
                   description="every node's state and last heartbeat")

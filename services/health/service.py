@@ -212,10 +212,23 @@ class Health:
                 return
             await asyncio.sleep(0.05)
 
-    async def declare_repaired(self, node: str) -> dict:
-        """A human declares ``node`` repaired (command ``health.repaired``): the reply body."""
+    async def declare_repaired(self, node: str, uncordon: bool = False) -> dict:
+        """A human declares ``node`` repaired (command ``health.repaired``), or with ``uncordon``
+        takes back a cordon of a node that did not fail: the reply body. Both are
+        ``node.repaired``: the node takes work again."""
         if node not in self.nodes:
             return {"error": f"unknown node {node!r}", "status": 404}
+        if uncordon:
+            if self.nodes[node]["state"] not in ("cordoned", "drained"):
+                await self._catch_up(lambda: self.nodes[node]["state"] in ("cordoned", "drained"))
+            state = self.nodes[node]["state"]
+            if state not in ("cordoned", "drained"):
+                why = ("it failed: declare it repaired once it is (nodes repair)" if state == "down"
+                       else "it is in service")
+                return {"error": f"node {node} is {state}; only a cordoned or drained node can be uncordoned "
+                                 f"({why})", "status": 409}
+            eid = await self.propose_repaired(node)
+            return {"node": node, "event_id": eid}
         if self.nodes[node]["state"] not in ("drained", "down"):
             await self._catch_up(lambda: self.nodes[node]["state"] in ("drained", "down"))
         if self.nodes[node]["state"] not in ("drained", "down"):

@@ -970,8 +970,9 @@ class Placement:
                 return [msgspec.structs.replace(derived[0], event_id=e.event_id), *derived[1:]]
             case ev.NodeRepaired():
                 node = self._node(e.node)
-                if node.state not in ("drained", "down"):
-                    raise Rejected(f"node {e.node} is {node.state}; only drained or down nodes are repaired")
+                # a cordoned node: a cordon taken back (`timeshare nodes uncordon`) before it drained
+                if node.state not in ("cordoned", "drained", "down"):
+                    raise Rejected(f"node {e.node} is {node.state}; only cordoned, drained or down nodes are repaired")
                 return [e]
             case ev.BudgetChanged():
                 try:

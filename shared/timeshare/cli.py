@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line, ``timeshare: argument --gpus: ...``, exit 2
     (subcommands' parsers are made of the same class)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # "-2h" is a (negative) duration given as a value, not an unknown option: the argument's
+        # own check then names what is wrong with it (argparse itself takes only "-2", "-.5")
+        self._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d[\d.]*\s*[a-zA-Z][\w .]*$")
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"timeshare: {message} (see: {self.prog} --help)\n")

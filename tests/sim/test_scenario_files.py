@@ -58,8 +58,8 @@ def test_a_good_scenario_loads(tmp_path):
 
 
 @pytest.mark.parametrize("bad, field, words", [
-    (line(id="w-3", project="lab/nope"), "project", "unknown"),
-    (line(id="w-3", project="lab"), "project", "leaf"),
+    (line(id="w-3", project="lab/nope"), "project", "project: 'lab/nope': unknown allocation"),
+    (line(id="w-3", project="lab"), "project", "project: 'lab': is a parent of lab/a, lab/b; submit against a leaf"),
     (line(id="w-3", work_s=-5), "work_s", "negative"),
     (line(id="w-3", submit_s=-1), "submit_s", "negative"),
     ('{"id": "w-3", "submit_s": 0,', None, "malformed"),

@@ -41,6 +41,15 @@ BAD = {
                                              "argument --work: not a duration: '2 fortnights' ('fortnights' is not a unit"),
     "a minimum runtime that is not a duration": (["submit", "--project", "a/b", "--gpus", "1", "--work", "1h",
                                                   "--min-runtime", "nan"], "argument --min-runtime: not a duration: 'nan'"),
+    "no work": (["submit", "--project", "a/b", "--gpus", "1", "--work", "0"],
+                "argument --work: expected a duration of at least 1 second, got '0'"),
+    "negative work, as people type it": (["submit", "--project", "a/b", "--gpus", "1", "--work", "-2h"],
+                                         "argument --work: expected a duration of at least 1 second, got '-2h'"),
+    "negative work in seconds": (["submit", "--project", "a/b", "--gpus", "1", "--work", "-90"],
+                                 "argument --work: expected a duration of at least 1 second, got '-90'"),
+    "a state that does not exist": (["workloads", "--state", "bogus"],
+                                    "argument --state: invalid choice: 'bogus' (choose from 'pending', 'running'"),
+    "an uncordon without a node": (["nodes", "uncordon"], "the following arguments are required: node"),
     "negative GPUs": (["submit", "--project", "a/b", "--gpus", "-1", "--work", "1h"],
                       "argument --gpus: expected a whole number of at least 1, got '-1'"),
     "zero GPUs": (["submit", "--project", "a/b", "--gpus", "0", "--work", "1h"],
@@ -277,3 +286,117 @@ def test_budget_report_shows_a_field_the_ledger_does_not_send_as_a_dash(gateway,
     assert out[2].split() == ["alpha/train", "0.500", "-", "-", "90.0%"]
     assert out[3:] == ["fleet attainment -, lowest team -, - of - teams at or above 95%",
                        "occupancy -, unallocated work - of busy GPUs, - preemptions"]
+
+
+# -- which stack: TIMESHARE_URL, else the env file `make run` writes, else the default --
+
+@pytest.fixture
+def seen_by_client(monkeypatch):
+    """Every request the CLI sends, whatever client it builds (answers 200 {} to all)."""
+    seen: list[httpx.Request] = []
+
+    class Client(httpx.Client):
+        def __init__(self, **kwargs):
+            super().__init__(transport=httpx.MockTransport(lambda r: (seen.append(r), httpx.Response(
+                200, json={"user": "admin", "admin": True}))[1]), **kwargs)
+
+    monkeypatch.setattr(cli.httpx, "Client", Client)
+    monkeypatch.delenv("TIMESHARE_URL", raising=False)
+    monkeypatch.delenv("TIMESHARE_TOKEN", raising=False)
+    return seen
+
+
+def test_without_timeshare_url_the_cli_talks_to_the_devstack_of_its_env_file_and_says_so(
+        seen_by_client, tmp_path, monkeypatch, capsys):
+    env = tmp_path / "env"
+    env.write_text("# written by the devstack\nexport TIMESHARE_URL=http://127.0.0.1:41234\n"
+                   "export TIMESHARE_TOKEN=dev-admin\n")
+    monkeypatch.setenv("TIMESHARE_DEVSTACK_ENV", str(env))
+    assert main(["whoami"]) == 0
+    (request,) = seen_by_client
+    assert str(request.url) == "http://127.0.0.1:41234/v1/whoami"
+    assert request.headers["authorization"] == "Bearer dev-admin"
+    out, err = capsys.readouterr()
+    assert out == "admin (admin)\n"
+    assert err == f"timeshare: the devstack at http://127.0.0.1:41234 (from {env}; TIMESHARE_URL for another)\n"
+    # a token of one's own is kept
+    monkeypatch.setenv("TIMESHARE_TOKEN", "dev-user")
+    assert main(["whoami"]) == 0
+    assert seen_by_client[-1].headers["authorization"] == "Bearer dev-user"
+
+
+def test_timeshare_url_wins_over_the_env_file_and_nothing_is_said(seen_by_client, tmp_path, monkeypatch, capsys):
+    env = tmp_path / "env"
+    env.write_text("export TIMESHARE_URL=http://127.0.0.1:41234\nexport TIMESHARE_TOKEN=dev-admin\n")
+    monkeypatch.setenv("TIMESHARE_DEVSTACK_ENV", str(env))
+    monkeypatch.setenv("TIMESHARE_URL", "http://gateway.example:9000")
+    assert main(["whoami"]) == 0
+    assert str(seen_by_client[0].url) == "http://gateway.example:9000/v1/whoami"
+    assert "authorization" not in seen_by_client[0].headers  # the file's token goes with the file's stack only
+    assert capsys.readouterr().err == ""
+
+
+def test_without_either_it_is_the_default_address(seen_by_client, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TIMESHARE_DEVSTACK_ENV", str(tmp_path / "missing"))
+    assert main(["whoami"]) == 0
+    assert str(seen_by_client[0].url) == "http://127.0.0.1:8080/v1/whoami"
+    assert capsys.readouterr().err == ""
+
+
+def test_a_stack_that_is_gone_is_named_with_where_it_came_from(tmp_path, monkeypatch, capsys):
+    from services.devstack.servers import free_port
+
+    env = tmp_path / "env"
+    env.write_text(f"export TIMESHARE_URL=http://127.0.0.1:{free_port()}\n")
+    monkeypatch.setenv("TIMESHARE_DEVSTACK_ENV", str(env))
+    monkeypatch.delenv("TIMESHARE_URL", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        main(["queue"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("timeshare: cannot reach the gateway at http://127.0.0.1:")
+    assert err.splitlines()[-1].endswith(f"is `make run` still running? ({env})")
+
+
+def test_workloads_filters_are_sent_and_quiet_prints_ids_only(gateway, capsys):
+    answers, seen = gateway
+    row = {"project": "alpha/train", "user": "alice", "gpu_type": "H100", "gpus": 4, "state": "pending", "attempt": 1,
+           "submitted_ms": 1796135520000, "started_ms": 1796135525000, "ended_ms": None, "preemptions": 1}
+    answers["GET", "/v1/workloads"] = {"workloads": [dict(row, id="w-1"), dict(row, id="w-2")], "total": 2}
+    assert main(["workloads", "--state", "preempted", "--preempted", "-q"]) == 0
+    assert dict(seen[0].url.params) == {"limit": "200", "state": "preempted", "preempted": "true"}
+    assert capsys.readouterr().out == "w-1\nw-2\n"
+
+
+def test_submit_quiet_prints_the_id_only(gateway, capsys):
+    answers, _ = gateway
+    answers["POST", "/v1/workloads"] = {"workload_id": "w-9", "cluster": "c", "state": "submitted", "replayed": False}
+    assert main(["submit", "--project", "a/b", "--gpus", "1", "--work", "1h", "-q"]) == 0
+    assert capsys.readouterr().out == "w-9\n"
+
+
+STATES = {
+    "requeued after a preemption, waiting": ({"state": "pending", "last_event": "workload.requeued"}, True),
+    "preempted, not yet requeued": ({"state": "pending", "last_event": "workload.preempted"}, True),
+    "ended by a preemption (not resumable)": ({"state": "preempted", "last_event": "workload.preempted"}, True),
+    "waiting, never preempted": ({"state": "pending", "last_event": "workload.submitted"}, False),
+    "running again after a preemption": ({"state": "running", "last_event": "workload.started"}, False),
+}
+
+
+@pytest.mark.parametrize("doc, preempted", STATES.values(), ids=STATES.keys())
+def test_state_preempted_is_stopped_by_a_preemption_and_not_run_since(doc, preempted):
+    from services.gateway.app import state_matches
+
+    assert state_matches(doc, "preempted") is preempted
+    assert state_matches(doc, doc["state"])
+
+
+@pytest.mark.parametrize("command", ["simulate", "report"])
+def test_a_set_without_equals_is_one_line_exit_2_before_anything_runs(command, tmp_path, capsys):
+    argv = [command, "infra/demo/cluster.toml", *([str(tmp_path)] if command == "report" else []), "--set", "duration"]
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert stopped.value.code == 2 and out == ""
+    assert err == "timeshare: argument --set: expected KEY=VALUE (e.g. duration=10d), got 'duration'\n"

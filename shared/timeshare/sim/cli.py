@@ -30,7 +30,9 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
         if "=" not in item:
-            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+            # a usage error, told as argparse tells one: one line, exit status 2
+            print(f"timeshare: argument --set: expected KEY=VALUE (e.g. duration=10d), got {item!r}", file=sys.stderr)
+            raise SystemExit(2)
         key, value = item.split("=", 1)
         out[key.strip()] = value.strip()
     return out

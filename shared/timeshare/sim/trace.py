@@ -56,7 +56,9 @@ def validate_trace(specs: list[WorkloadSpec], tree: AllocationTree, cluster: Clu
         try:
             tree.require_leaf(spec.project)
         except TreeError as exc:
-            raise InputError(file, line, "project", exc.message if exc.path == spec.project else str(exc)) from None
+            # the project's name in the message: "project: 'lab/nope': unknown allocation"
+            raise InputError(file, line, "project", f"{spec.project!r}: {exc.message}" if exc.path == spec.project
+                             else str(exc)) from None
         try:
             cluster.pool(spec.gpu_type).check_request(spec.gpus)
         except PlacementError as exc:
