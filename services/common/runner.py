@@ -70,6 +70,33 @@ def run_async(coro):
         return runner.run(coro)
 
 
+async def serve(name: str, compose, *, health_http: bool = True, **compose_kwargs) -> None:
+    """The life of ``python -m services.<name>``: settings from the environment, logging, the
+    cluster and the clock; the service started by ``compose(settings, config, clock,
+    **compose_kwargs)`` (its composition root, ``<name>/main.py``, which the devstack and the
+    tests call too); ``GET /healthz`` over HTTP when ``TIMESHARE_HEALTH_PORT`` asks (not for
+    the gateway, ``health_http=False``: it serves ``/healthz`` on its own port); then, on SIGINT
+    or SIGTERM, the stop."""
+    from . import http_health
+    from .clock import make_clock
+    from .cluster_config import load_cluster
+    from .settings import Settings
+
+    settings = Settings.from_env()
+    setup_logging(settings.log_level)
+    config = load_cluster(settings.cluster_file, settings.cluster)
+    service = await compose(settings, config, make_clock(settings.clock), **compose_kwargs)
+    server = None
+    if health_http and settings.health_port:
+        server = await http_health.serve(service, name, settings.http_host, settings.health_port)
+    try:
+        await wait_for_signal()
+    finally:
+        if server is not None:
+            server.close()
+        await service.stop()
+
+
 def run(main) -> None:
     try:
         run_async(main())

@@ -110,7 +110,7 @@ class Executor:
         attempt, placement, when the run started and the progress it started from)."""
         from timeshare.state import ENDED, PREEMPTED, RUNNING
 
-        from ..placement.service import read_snapshot
+        from ..common.snapshots import read_snapshot
 
         snap = await retry_transient(f"reading placement's snapshot of {self.cluster}",
                                      lambda: read_snapshot(self.bus, self.cluster))

@@ -1,21 +1,19 @@
-"""Composition root of the gateway: ``python -m services.gateway``."""
+"""Composition root of the gateway: ``python -m services.gateway`` (``runner.serve`` gives it
+settings, cluster and clock; it serves HTTP, its ``/healthz`` included)."""
 
 from __future__ import annotations
 
-from ..common.clock import make_clock
-from ..common.cluster_config import load_cluster
-from ..common.runner import setup_logging, wait_for_signal
+from ..common.cluster_config import ClusterConfig
+from ..common.runner import serve
 from ..common.settings import Settings
 from .service import Gateway
 
 
-async def main() -> None:
-    settings = Settings.from_env()
-    setup_logging(settings.log_level)
-    config = load_cluster(settings.cluster_file, settings.cluster)
-    service = await Gateway(settings, config, make_clock(settings.clock)).start()
+async def compose(settings: Settings, config: ClusterConfig, clock) -> Gateway:
+    service = await Gateway(settings, config, clock).start()
     print(f"timeshare gateway for cluster {config.name} on {service.url}", flush=True)
-    try:
-        await wait_for_signal()
-    finally:
-        await service.stop()
+    return service
+
+
+async def main() -> None:
+    await serve("gateway", compose, health_http=False)

@@ -1,16 +1,14 @@
 """Composition root of placement: ``python -m services.placement``.
 
-Settings, the cluster, the clock, the service, and the faststream broker carrying its
-request/reply handlers (``handlers.py``) are wired here and nowhere else.
+The service and the faststream broker carrying its request/reply handlers (``handlers.py``)
+are wired here and nowhere else; ``runner.serve`` gives it settings, cluster and clock.
 """
 
 from __future__ import annotations
 
-from ..common import http_health
 from ..common.broker import make_broker
-from ..common.clock import make_clock
-from ..common.cluster_config import ClusterConfig, load_cluster
-from ..common.runner import run, setup_logging, wait_for_signal
+from ..common.cluster_config import ClusterConfig
+from ..common.runner import serve
 from ..common.settings import Settings
 from .handlers import router
 from .service import Placement
@@ -25,20 +23,4 @@ async def compose(settings: Settings, config: ClusterConfig, clock, **start_kwar
 
 
 async def main() -> None:
-    settings = Settings.from_env()
-    setup_logging(settings.log_level)
-    config = load_cluster(settings.cluster_file, settings.cluster)
-    service = await compose(settings, config, make_clock(settings.clock), wait_leader=False)
-    health_http = None
-    if settings.health_port:
-        health_http = await http_health.serve(service, "placement", settings.http_host, settings.health_port)
-    try:
-        await wait_for_signal()
-    finally:
-        if health_http is not None:
-            health_http.close()
-        await service.stop()
-
-
-if __name__ == "__main__":
-    run(main)
+    await serve("placement", compose, wait_leader=False)

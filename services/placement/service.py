@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import pickle
 import time
 import uuid
 
 import msgspec
 import nats.errors
 from opentelemetry import trace
-from nats.js.errors import ObjectNotFoundError
 from nats.js.errors import KeyWrongLastSequenceError
 
 from timeshare import events as ev
@@ -39,75 +37,19 @@ from timeshare.workload import ContractError
 from ..common import subjects
 from ..common.bus import Bus, FenceError, decode_event, reply_json
 from ..common.cluster_config import ClusterConfig
-from ..common.code_version import code_version
 from ..common.forked_pickle import PickleJob, start_pickle
 from ..common.ids import attempt_of
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient
 from ..common import telemetry
 from ..common.telemetry import setup_metrics, setup_telemetry
+from ..common.snapshots import CODE_VERSION, purge_mark_name, read_snapshot, snapshot_name
 from .metrics import PlacementMetrics
 
 log = logging.getLogger("timeshare.placement")
 
 PROPOSABLE = (ev.WorkloadSubmitted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled,
               ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
-
-
-#: snapshots are loaded by the same code only (the core and this file)
-CODE_VERSION = code_version(__file__)
-
-
-def snapshot_name(cluster: str) -> str:
-    return f"placement.{cluster}"
-
-
-def purge_mark_name(cluster: str) -> str:
-    """The object holding the sequence below which the cluster's log was purged (written first)."""
-    return f"placement.{cluster}.purged"
-
-
-async def read_snapshot(bus, cluster: str, use: bool = True) -> dict | None:
-    """Placement's latest snapshot of ``cluster`` if a reader should start from it, else None
-    (read the whole log). ``use=False`` (snapshots off) still reads it once the log is purged.
-
-    The log not purged: a snapshot from other code (CODE_VERSION), unreadable or missing
-    costs a full replay and nothing else. The log purged (the mark exists): the snapshot is
-    the only start there is; from other code it is used anyway (unpickled into this code's
-    classes), unreadable or missing it is an error (a full replay would build a wrong state)."""
-    store = await bus.object_store(subjects.SNAPSHOT_BUCKET)
-    try:
-        purged = int((await store.get(purge_mark_name(cluster))).data)
-    except ObjectNotFoundError:
-        purged = 0
-    if not use and not purged:
-        return None
-    try:
-        obj = await store.get(snapshot_name(cluster))
-    except ObjectNotFoundError:
-        if purged:
-            raise RuntimeError(f"the log of {cluster} is purged below seq {purged} and its snapshot "
-                               "is gone: cannot rebuild") from None
-        return None
-    try:
-        snap = pickle.loads(obj.data)
-    except Exception as exc:  # noqa: BLE001
-        if purged:
-            raise RuntimeError(f"snapshot of {cluster} unreadable ({exc}) and the log is purged below "
-                               f"seq {purged}: cannot rebuild") from exc
-        log.warning("snapshot of %s unreadable (%s): replaying the whole log", cluster, exc)
-        return None
-    if snap.get("cluster") != cluster:
-        log.info("snapshot of %s is of another cluster: replaying the whole log", cluster)
-        return None
-    if snap.get("code") != CODE_VERSION:
-        if purged:
-            log.warning("snapshot of %s is from other code, but the log is purged below seq %d: "
-                        "starting from it", cluster, purged)
-            return snap
-        log.info("snapshot of %s is from other code: replaying the whole log", cluster)
-        return None
-    return snap
 
 
 #: why an id may be unknown to placement although it was submitted once (forget_ended)
@@ -551,7 +493,7 @@ class Placement:
     # A pickle of the core's SchedulerState (with the applied ids and the log sequence it
     # covers) in the object store, written by the leader every ``snapshot_every`` appended
     # events at a point where the state is exactly the log up to that sequence. It is loaded
-    # only by the same code (CODE_VERSION hashes the core and this file), else ignored: the
+    # only by the same code (CODE_VERSION hashes the core, this file and common/snapshots.py), else ignored: the
     # whole log is replayed. Pickle trusts the bucket: only services may write to it.
     def _snapshot_name(self) -> str:
         return snapshot_name(self.cluster)
