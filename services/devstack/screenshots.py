@@ -7,6 +7,10 @@ Drives Debian's chromium with Playwright (``--chromium``); writes ``demo-tree.pn
 ``demo-queue.png``, ``demo-cluster.png`` and ``demo-workload.png`` (the most preempted workload
 still known, else the first running one). The browser tests keep their own screenshots
 (``make screenshots``).
+
+A page fills itself from the API after it loads: a screenshot taken at the load event (a bare
+``chromium --headless --screenshot URL``) shows "loading...". Wait for ``body[data-ready]``, as
+this script does (``data-ready="1"``: drawn; other values: the error it shows).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field
@@ -145,7 +146,13 @@ def create_app(gw) -> FastAPI:
     for cls in (asyncpg.exceptions.PostgresError, asyncpg.InterfaceError, OSError):
         app.add_exception_handler(cls, store_error)
 
-    async def caller(authorization: Annotated[str | None, Header(description="Bearer <token>")] = None) -> Caller:
+    # declared as OpenAPI's bearer scheme, so /docs has an Authorize button for "Try it out";
+    # the header is read as before (``auto_error=False``: the 401s below stay the gateway's)
+    bearer = HTTPBearer(auto_error=False, scheme_name="token",
+                        description="a gateway token (`timeshare token new`; the devstack's: dev-admin, dev-user, ...)")
+
+    async def caller(request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None) -> Caller:
+        authorization = request.headers.get("authorization")
         if not authorization or not authorization.lower().startswith("bearer "):
             raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)",
                                 headers={"WWW-Authenticate": "Bearer"})

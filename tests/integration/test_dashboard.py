@@ -8,6 +8,7 @@ Screenshots go to ``$TIMESHARE_SCREENSHOTS`` when set (``make screenshots`` sets
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -74,7 +75,19 @@ async def _open(page, url: str, shot: Path) -> str:
     await page.wait_for_selector("body[data-ready]", state="attached", timeout=15_000)
     assert await page.get_attribute("body", "data-ready") == "1", await page.inner_text("main")
     await page.screenshot(path=str(shot), full_page=True)
+    # at the default width the page does not scroll sideways
+    widths = await page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert widths[0] <= widths[1], (url, widths)
     return await page.inner_text("main")
+
+
+#: WCAG's contrast of two computed CSS colours ("rgb(r, g, b)"), 1 to 21
+CONTRAST_JS = """([a, b]) => {
+  const lum = (css) => { const [r, g, b] = css.match(/[\\d.]+/g).slice(0, 3).map((x) => Number(x) / 255)
+    .map((c) => c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p);
+  return (x + 0.05) / (y + 0.05);
+}"""
 
 
 async def test_every_page_renders_the_live_state_from_local_assets_only(make_settings, browser, screenshots):
@@ -109,6 +122,9 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     alpha_train = await page.inner_text('#tree tr[data-path="alpha/train"]')
     assert "50.0%" in alpha_train  # fraction: 1/2 x 1/1
     assert "×" in alpha_train      # its usage ratio
+    # a young window's tiny ratio reads "<0.01×", not "0.000028×"
+    ratio_cells = await page.locator('#tree td[title^="allocated GPU-s used in the window"]').all_inner_texts()
+    assert ratio_cells and all(re.fullmatch(r"–|<0\.01×|\d+\.\d\d×", t) for t in ratio_cells), ratio_cells
     assert "funded attainment" in text and "preemptions" in text
     assert await page.inner_text("#whoami") == "alice"
     # delivered vs owed over time: one bar per hour the ledger's series has, the axis named
@@ -166,11 +182,32 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     colour = lambda loc: loc.first.evaluate("e => getComputedStyle(e).backgroundColor")  # noqa: E731
     assert await colour(newcomer) != await colour(hog)  # another program, another hue
     assert await page.locator('.legend [data-team="beta/debug"]').count() == 1
+    # readable cells: every label fits its cell, its text contrasts with the team's colour at
+    # least 4.5:1 (hatched cells too: the hatching is a band below the text), and the GPUs use
+    # the row's width
+    for cell in await page.locator(".gpu[data-workload]").all():
+        fits = await cell.evaluate("e => [...e.querySelectorAll('.gpu-label')].every((l) => l.scrollWidth <= l.clientWidth)")
+        assert fits, await cell.inner_text()
+        ink, ground = await cell.evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]")
+        assert await page.evaluate(CONTRAST_JS, [ink, ground]) >= 4.5, (await cell.get_attribute("data-project"), ink, ground)
+    row = await page.locator(".node-row").first.bounding_box()
+    last = await page.locator(".node-row").first.locator(".gpu").last.bounding_box()
+    main = await page.locator("main").bounding_box()
+    assert last["x"] + last["width"] >= row["x"] + 0.95 * row["width"] and row["width"] >= 0.9 * (main["width"] - 40)
+    # the demo's five teams under two programs: no two alike (the two oranges were)
+    swatches = await page.evaluate("""() => Object.entries(teamColours(["product/eval", "product/serving", "research/llm",
+        "research/rl", "research/vision"])).filter(([path]) => path.includes("/")).map(([, c]) => { const e = document.createElement("i"); e.style.color = c;
+        document.body.append(e); const rgb = getComputedStyle(e).color.match(/\\d+/g).map(Number); e.remove(); return rgb; })""")
+    far = min(sum((a - b) ** 2 for a, b in zip(p, q)) ** 0.5 for i, p in enumerate(swatches) for q in swatches[i + 1:])
+    assert far >= 45, swatches
 
     # the workload page: state, why, the preemption's numbers, timeline and trace
     text = await _open(page, f"{base}/ui/workloads/{victim}", screenshots / "workload.png")
     assert await page.inner_text("#state") == "pending"
-    assert "Last stopped" in await page.inner_text("#explanation")
+    # why, in short paragraphs: now, then the last stop; the spared candidates are the table below
+    paragraphs = await page.locator("#explanation p").all_inner_texts()
+    assert len(paragraphs) == 2 and paragraphs[1].startswith("Last stopped"), paragraphs
+    assert "considered and spared" not in " ".join(paragraphs) and max(map(len, paragraphs)) < 400, paragraphs
     reason = await page.inner_text("#reason")
     assert "fair_share" in reason and "newcomer" in reason and "top of the tree" in reason
     ratios = await page.locator('#reason tr[data-field="preemptor_ratio / victim_ratio"] td').all_inner_texts()
@@ -186,6 +223,8 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     history = [await r.get_attribute("data-event") for r in await page.locator("#history tbody tr").all()]
     assert history[:2] == ["workload.submitted", "workload.started"] and "workload.preempted" in history
     assert await page.locator("#timeline .mark").count() == 1  # one preemption, one red mark
+    mark = await page.locator("#timeline .mark").bounding_box()
+    assert mark["width"] >= 4 and mark["height"] >= 34, mark  # a bar across the timeline, not a 1-px tick
     # the trace as a waterfall: the HTTP request, the submission, each decision about it
     spans = [await s.get_attribute("data-span") for s in await page.locator("#trace [data-span]").all()]
     assert spans[0] == "POST /v1/workloads", spans
@@ -200,6 +239,7 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     # /docs and /redoc render offline
     await page.goto(f"{base}/docs")
     await page.get_by_text("/v1/workloads/{workload_id}/explain").wait_for(timeout=15_000)
+    assert await page.get_by_role("button", name="Authorize").count() >= 1  # a token for "Try it out"
     await page.screenshot(path=str(screenshots / "docs.png"))
     assert not outside, outside
     scripts: list[str] = []

@@ -34,8 +34,8 @@ function svg(tag, attrs, ...children) {
   return e;
 }
 const num = (x, digits = 2) => (x === null || x === undefined || Number.isNaN(x)) ? "–" : Number(x).toFixed(digits);
-// a ratio early in a window is tiny (minutes of use in a 7-day window): keep two significant digits
-const ratioText = (x) => (x === null || x === undefined) ? "–" : x !== 0 && Math.abs(x) < 0.1 ? `${Number(x).toPrecision(2)}×` : `${num(x)}×`;
+// a ratio early in a window is tiny (minutes of use in a 7-day window): "<0.01×", not 0.000028×
+const ratioText = (x) => (x === null || x === undefined) ? "–" : x > 0 && x < 0.01 ? "<0.01×" : `${num(x)}×`;
 const pct = (x) => (x === null || x === undefined) ? "–" : `${(100 * x).toFixed(1)}%`;
 function dur(s) {
   if (s === null || s === undefined) return "–";
@@ -76,13 +76,28 @@ function teamColours(paths) {
     const [hue, sat] = HUES[pi % HUES.length];
     const teams = leaves.filter((p) => p === prog || p.startsWith(prog + "/"));
     teams.forEach((t, i) => {
-      // dark to light inside a program: neighbours differ by lightness alone
-      const light = teams.length === 1 ? 45 : 30 + (34 * i) / (teams.length - 1);
-      out[t] = `hsl(${hue} ${sat}% ${light.toFixed(0)}%)`;
+      // dark to light inside a program, and the hue turned a little each step: two neighbours
+      // told apart by lightness alone looked alike (two oranges)
+      const step = teams.length === 1 ? 0 : i / (teams.length - 1);
+      const light = teams.length === 1 ? 45 : 28 + 40 * step;
+      const turn = teams.length === 1 ? 0 : (step - 0.5) * Math.min(40, 14 * (teams.length - 1));
+      out[t] = `hsl(${((hue + turn) + 360) % 360} ${sat}% ${light.toFixed(0)}%)`;
     });
     out[prog] = out[prog] || `hsl(${hue} ${sat}% 45%)`;
   }
   return out;
+}
+// the text on a team's colour: black or white, whichever contrasts more (WCAG's relative
+// luminance; either way at least 4.5:1 against the plain colour)
+function inkOf(colour) {
+  const m = /hsl\(([\d.]+) ([\d.]+)% ([\d.]+)%\)/.exec(colour);
+  if (!m) return "ink-light";
+  const [h, sat, l] = [Number(m[1]), Number(m[2]) / 100, Number(m[3]) / 100];
+  const a = sat * Math.min(l, 1 - l);
+  const channel = (n) => { const k = (n + h / 30) % 12; return l - a * Math.max(-1, Math.min(k - 3, 9 - k, 1)); };
+  const lin = (c) => c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+  const lum = 0.2126 * lin(channel(0)) + 0.7152 * lin(channel(8)) + 0.0722 * lin(channel(4));
+  return (lum + 0.05) / 0.05 > 1.05 / (lum + 0.05) ? "ink-dark" : "ink-light";
 }
 function colourOf(colours, path) {
   if (colours[path]) return colours[path];
@@ -304,15 +319,19 @@ async function renderCluster(main) {
   const used = new Set();
   const rows = c.nodes.map((n) => el("div", { class: "node-row", "data-node": n.name, "data-state": n.state },
     el("div", { class: "node-name" }, `${n.name}`, el("br"), el("span", { class: "muted" }, `${n.gpu_type} · ${n.state}`)),
-    el("div", { class: "gpus" }, n.gpus.map((g) => {
+    // the GPUs share the row's width; a cell shows its GPU, the team and the workload's id's end
+    // (the whole id and the rest are in its title and one click away)
+    el("div", { class: "gpus", style: `--gpus:${n.gpus.length}` }, n.gpus.map((g) => {
       if (!g.workload_id) return el("div", { class: "gpu free", "data-gpu": g.gpu, title: `${n.name} GPU ${g.gpu}: free` }, `${g.gpu}`);
       used.add(g.project);
       const mode = g.protected ? "protected" : "preemptible";
       const why = !g.allocated ? "unallocated: preemptible" : g.protected ? `protected until ${utc(g.protected_until_ms)}` : "past its minimum runtime: preemptible";
-      return el("a", { class: `gpu ${mode}`, href: `/ui/workloads/${encodeURIComponent(g.workload_id)}`, "data-gpu": g.gpu,
-                       "data-workload": g.workload_id, "data-project": g.project, style: `background-color:${colourOf(colours, g.project)}`,
+      const colour = colourOf(colours, g.project);
+      return el("a", { class: `gpu ${mode} ${inkOf(colour)}`, href: `/ui/workloads/${encodeURIComponent(g.workload_id)}`, "data-gpu": g.gpu,
+                       "data-workload": g.workload_id, "data-project": g.project, style: `background-color:${colour}`,
                        title: `${n.name} GPU ${g.gpu}: ${g.workload_id} (${g.project}, ${g.user}) ${why}` },
-        `${g.gpu} ${g.workload_id}`);
+        el("span", { class: "gpu-label" }, `${g.gpu} ${g.project.split("/").pop()}`),
+        el("span", { class: "gpu-label" }, `…${g.workload_id.slice(-6)}`));
     }))));
   const busy = c.nodes.reduce((a, n) => a + n.gpus.filter((g) => g.workload_id).length, 0);
   const total = c.nodes.reduce((a, n) => a + n.gpus.length, 0);
@@ -348,7 +367,7 @@ async function renderWorkload(main, id) {
                    "workload.completed": "ended", "workload.failed": "ended", "workload.cancelled": "ended" }[h.type];
     if (!next || next === state) continue;
     if (state !== "ended") segs.push(el("div", { class: `seg ${state}`, style: `left:${x(since)};width:${w(since, h.at_ms)}`, title: `${state} ${dur((h.at_ms - since) / 1000)}` }));
-    if (h.type === "workload.preempted") segs.push(el("div", { class: "mark", style: `left:${x(h.at_ms)}`, title: `preempted at ${utc(h.at_ms)}` }));
+    if (h.type === "workload.preempted") segs.push(el("div", { class: "mark", style: `left:${x(h.at_ms)}`, title: `preempted at ${utc(h.at_ms)}` }, el("span", {}, "▼")));
     state = next; since = h.at_ms;
   }
   if (state !== "ended") segs.push(el("div", { class: `seg ${state}`, style: `left:${x(since)};width:${w(since, tEnd)}` }));
@@ -363,7 +382,7 @@ async function renderWorkload(main, id) {
       el("div", {}, el("b", {}, doc.attempt), "attempt"),
       el("div", {}, el("b", {}, doc.preemptions), "preemptions")),
     el("h2", {}, "Why"),
-    el("div", { class: "summary", id: "explanation" }, explain.summary || "–"),
+    el("div", { class: "summary", id: "explanation" }, summaryParts(explain.summary || "–")),
     explain.levels ? el("table", { id: "levels" },
       el("thead", {}, el("tr", {}, ["level", "running GPUs", "due GPUs", "fill", "usage ratio"].map((h) => el("th", {}, h)))),
       el("tbody", {}, explain.levels.map((l) => el("tr", {}, el("td", {}, l.subtree), el("td", { class: "num" }, l.running_gpus),
@@ -382,6 +401,18 @@ async function renderWorkload(main, id) {
           : h.placement ? h.placement.map((p) => `${p.node} [${p.gpu_ids.join(",")}]`).join(" ") : ""))))),
     el("h2", {}, "Trace"),
     waterfall(tr));
+}
+
+// the explanation as short paragraphs: what the workload is doing now, then why it was last
+// stopped; the candidates a preemption spared are the table further down, not a run-on list here
+function summaryParts(text) {
+  const [now, ...stopped] = text.split(/ (?=Last stopped: )/);
+  const out = [el("p", {}, now)];
+  for (const part of stopped) {
+    const cut = part.search(/ \d+ other running workloads? (?:was|were) considered and spared/);
+    out.push(el("p", {}, cut >= 0 ? `${part.slice(0, cut)} (the candidates it spared: "Spared candidates" below)` : part));
+  }
+  return out;
 }
 
 // the reason's numbers side by side: the two subtrees where the paths of preemptor and victim
