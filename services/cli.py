@@ -516,8 +516,9 @@ def _cmd_budget_report(args) -> int:
 
 def add_parsers(sub) -> None:
     def common(p):
-        p.add_argument("--url", help="gateway URL (default $TIMESHARE_URL or http://127.0.0.1:8080)")
-        p.add_argument("--token", help="bearer token (default $TIMESHARE_TOKEN)")
+        p.add_argument("--url", help="gateway URL (default $TIMESHARE_URL, else the stack of make run, found in "
+                                      ".run/devstack/env, else http://127.0.0.1:8080)")
+        p.add_argument("--token", help="bearer token (default $TIMESHARE_TOKEN, else the devstack's with its URL)")
         p.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
         p.set_defaults(error=p.error)
         return p
