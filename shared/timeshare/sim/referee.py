@@ -5,11 +5,13 @@ where from the events alone, computes each subtree's fraction from the scenario'
 reports, each with the events that show it:
 
 * **take-back**: a leaf that lost work to another leaf's request preempts that leaf's work
-  within one ``max_min_runtime``, while, where their paths part, the GPUs the two sides run
-  moved in the first taker's favour since by no more than the hysteresis (the taker's gain plus
-  the loser's loss, each in parts of its side's fraction of the pool; allocated GPUs and
+  within one ``max_min_runtime``, while, where their paths part, the two sides' standings moved
+  in the first taker's favour since by no more than the hysteresis (the taker's fill gained
+  plus the loser's fill lost, a fill being the GPUs a side runs over the GPUs it is due, as the
+  design defines the due share from the window's usage; allocated GPUs and
   ``preemption_hysteresis`` for fair share, all GPUs and ``unallocated_hysteresis`` for the
-  unallocated tier): standings that other starts and ends moved may be rebalanced;
+  unallocated tier): standings that other starts and ends, or the window, moved may be
+  rebalanced;
 * **cascade**: a leaf that lost work to another leaf's request preempts at that same instant;
 * (in both, an allocated request taking unallocated work is what the contract allows at any
   time, and is neither a loss nor a preemption that counts);
@@ -39,6 +41,7 @@ reports, each with the events that show it:
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -73,6 +76,33 @@ class _Run:
     protected_until_ms: int | None
     nodes: list[tuple[str, int]]  # (node, GPUs there)
     started_ms: int
+
+
+class _Usage:
+    """One subtree's allocated GPUs over time, and their integral (GPU-seconds)."""
+
+    def __init__(self) -> None:
+        self.times_ms: list[int] = []
+        self.rates: list[int] = []
+        self.cums: list[float] = []
+
+    def set(self, at_ms: int, rate: int) -> None:
+        if self.times_ms and self.times_ms[-1] == at_ms:
+            self.rates[-1] = rate
+            return
+        cum = self.cum_at(at_ms)
+        self.times_ms.append(at_ms)
+        self.rates.append(rate)
+        self.cums.append(cum)
+
+    def cum_at(self, at_ms: int) -> float:
+        i = bisect_right(self.times_ms, at_ms) - 1
+        if i < 0:
+            return 0.0
+        return self.cums[i] + self.rates[i] * (at_ms - self.times_ms[i]) / 1000
+
+    def gpu_s(self, start_ms: int, end_ms: int) -> float:
+        return self.cum_at(end_ms) - self.cum_at(start_ms)
 
 
 @dataclass
@@ -133,6 +163,11 @@ class Referee:
         self.window_ms = policy.lookback_window_s * 1000
         self.catch_up_zero = policy.catch_up == 0
         self.fraction, self.share, self.parent = _fractions(scenario.allocations)
+        self.children: dict[str | None, list[str]] = {}
+        for p in sorted(self.fraction):
+            self.children.setdefault(self.parent[p], []).append(p)
+        #: allocated GPUs running over time per (GPU type, subtree): the window's usage
+        self.usage: dict[tuple[str, str], _Usage] = {}
         self.leaves = sorted(p for p in self.fraction if not any(q.startswith(p + "/") for q in self.fraction))
         self.pool_gpus = {p.gpu_type: p.nodes * p.gpus_per_node for p in scenario.pools}
         self.gpn = {p.gpu_type: p.gpus_per_node for p in scenario.pools}
@@ -210,6 +245,41 @@ class Referee:
             self.total[key] = self.total.get(key, 0) + sign * r.gpus
             if r.allocated:
                 self.alloc[key] = self.alloc.get(key, 0) + sign * r.gpus
+                self.usage.setdefault(key, _Usage()).set(self.now_ms, self.alloc[key])
+
+    def _due(self, gpu_type: str) -> dict[str, float]:
+        """The GPUs each subtree is due now, by the design's definition (BRIEF.md, "hierarchical
+        fair share"): a share weighted by ``1 + catch_up x (1 - usage ratio)`` over the window,
+        divided among siblings, the top level dividing the pool. Computed here from the events,
+        not by the rules' code."""
+        pool = self.pool_gpus[gpu_type]
+        now_s = self.now_ms / 1000
+        covered_s = max(1.0, min(self.window_ms / 1000, now_s))
+        start_ms = self.now_ms - self.window_ms
+        catch_up = self.scenario.policy.catch_up
+        due: dict[str, float] = {}
+
+        def weight(p: str) -> float:
+            entitled = self.fraction.get(p, 0) * pool * covered_s
+            if entitled <= 0:
+                return 0.0
+            track = self.usage.get((gpu_type, p))
+            used = track.gpu_s(start_ms, self.now_ms) if track is not None else 0.0
+            return self.share[p] * max(0.0, 1.0 + catch_up * (1.0 - used / entitled))
+
+        def divide(siblings: list[str], gpus: float) -> None:
+            weights = {p: weight(p) for p in siblings}
+            total = sum(weights.values())
+            for p in siblings:
+                due[p] = gpus * weights[p] / total if total > 0 else 0.0
+                divide(self.children.get(p, []), due[p])
+
+        divide(self.children.get(None, []), float(pool))
+        return due
+
+    def _fill(self, gpu_type: str, side: str, tier: str, due: dict[str, float], extra: int = 0) -> float:
+        d = due.get(side, 0.0)
+        return (self._side_counts(gpu_type, side, tier) + extra) / d if d > 0 else math.inf
 
     def _apply(self, e: ev.Event, starts: dict[str, ev.WorkloadStarted]) -> None:
         if isinstance(e, ev.WorkloadSubmitted):
@@ -308,18 +378,13 @@ class Referee:
             # take-back: the victim's leaf had taken this leaf's work within max_min_runtime
             before = self.exchanges.get((by_leaf, victim.leaf))
             if before is not None and e.at_ms - before[0] <= self.max_min_runtime_ms and before[1] == tier:
-                _, _, took_side_then, lost_side_then, first_event = before
-                # this time the roles turn: the victim's side took then, the preemptor's side lost
-                victim_side_now = self._side_counts(gpu_type, loser_side, tier)
-                taker_side_now = self._side_counts(gpu_type, taker_side, tier)
-                # the standings moved since, by other starts and ends, in the taker's favour, in
-                # parts of each side's fraction of the pool (the window's drift is not seen here)
-                pool = self.pool_gpus[gpu_type]
-                share_then_taker = self.fraction.get(loser_side, 0) * pool
-                share_now_taker = self.fraction.get(taker_side, 0) * pool
-                moved = math.inf if share_then_taker <= 0 or share_now_taker <= 0 else (
-                    (victim_side_now - took_side_then) / share_then_taker
-                    + (lost_side_then - taker_side_now) / share_now_taker)
+                _, _, took_fill_then, lost_fill_then, first_event = before
+                # this time the roles turn: the victim's side took then, the preemptor's side lost;
+                # how far the standings moved since in the first taker's favour (other starts and
+                # ends, and the window's drift of what each side is due)
+                due = self._due(gpu_type)
+                moved = (self._fill(gpu_type, loser_side, tier, due) - took_fill_then) + (
+                    lost_fill_then - self._fill(gpu_type, taker_side, tier, due))
                 h = self.hysteresis if tier == "allocated" else self.unallocated_hysteresis
                 if moved <= h:
                     self._find("take-back", f"{by_leaf} lost work to {victim.leaf} at {before[0] / 1000:.0f}s and "
@@ -338,12 +403,12 @@ class Referee:
         self._stop(e.workload_id)
         if not contract:
             self.lost_now[victim.leaf] = e.event_id
-            # the sides' counts right after the exchange (the preemptor starts in this decision)
+            # the sides' standings right after the exchange (the preemptor starts in this decision)
             spec = self.specs.get(by_id)
             g = spec.gpus if spec is not None else 0
-            took = self._side_counts(gpu_type, taker_side, tier) + g
-            self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, took,
-                                                       self._side_counts(gpu_type, loser_side, tier), e.event_id)
+            due = self._due(gpu_type)
+            self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, self._fill(gpu_type, taker_side, tier, due, g),
+                                                       self._fill(gpu_type, loser_side, tier, due), e.event_id)
 
     def _find(self, kind: str, message: str, events: list[str], at_ms: int | None = None) -> None:
         self.findings.append(Finding(kind, (self.now_ms if at_ms is None else at_ms) / 1000, message, events))
