@@ -194,6 +194,9 @@ class Chaos:
                     await bus.close()
 
             await self._until(js_ready, 60, "the NATS cluster's JetStream")
+        from ..admin.setup import setup
+
+        await setup(self.settings, [self.config.name])  # the operator's step: services only bind
         for name in SERVICES:
             self.procs[name] = self.spawn(name)
         self.standby = self.spawn("placement", "-standby")

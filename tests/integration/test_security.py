@@ -181,7 +181,7 @@ async def test_tree_changes_that_would_hide_work_or_break_fractions_are_refused(
     await budget.bus.propose(forged)
     reasons = await wait_for(lambda: _reasons(budget.bus, f"placement-{cluster}"), what="the dead letter")
     assert any("alpha/train" in r and "no longer be a leaf" in r for r in reasons), reasons
-    assert "hide-it" not in {e.event_id for e in await log_events(budget.bus, cluster)}
+    assert "hide-it" not in {e.event_id for e in await log_events(stack["gateway"].bus, cluster)}
 
 
 async def _reasons(bus, consumer: str):
@@ -370,3 +370,82 @@ async def test_a_proposal_with_an_unknown_field_is_refused_not_silently_dropped(
     reasons = await wait_for(lambda: _reasons(gw.bus, f"placement-{cluster}"), what="the dead letter")
     assert any("unknown field 'urgent'" in r for r in reasons), reasons
     assert "extra" not in {e.workload.id for e in of_type(await log_events(gw.bus, cluster), ev.WorkloadSubmitted)}
+
+
+async def _js_names(nc, what: str, stream: str = "") -> list[str]:
+    subject = "$JS.API.STREAM.NAMES" if what == "streams" else f"$JS.API.CONSUMER.NAMES.{stream}"
+    r = json.loads((await nc.request(subject, b"{}", timeout=2)).data)
+    # the durables (named <service>-<cluster>), not the ephemeral readers that come and go
+    return sorted(n for n in r[what] or [] if what == "streams" or "-" in n)
+
+
+async def test_no_service_password_can_put_a_stream_in_front_of_queries_or_touch_others_consumers(stack, nats_server):
+    """Issue 22, finding 1: with the ledger's password, a stream on the query and command
+    subjects answered GET /v1/queue and PUT /v1/allocations itself (200 with a PubAck) and kept
+    every command. Replayed with every service's credentials: nats-server refuses each step and
+    the streams, the durables and the log are as they were."""
+    from services.common import nats_auth
+
+    cluster = stack.settings.cluster
+    async with client(stack, "tok-carol") as carol:
+        assert (await carol.post("/v1/workloads", json={**BASE, "id": "w-hijack", "work_s": 600})).status_code == 202
+    await wait_events(stack["gateway"].bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "w-hijack"))
+    operator_errors: list[str] = []
+    op = await _connect(nats_server, nats_auth.OPERATOR, operator_errors)
+    streams = await _js_names(op, "streams")
+    consumers = {s: await _js_names(op, "consumers", s) for s in (subjects.LOG_STREAM, subjects.INBOX_STREAM)}
+    before = await log_events(stack["gateway"].bus, cluster)
+
+    def stream(name, *subs):
+        return json.dumps({"name": name, "subjects": list(subs), "storage": "memory"}).encode()
+
+    attempts = [  # (subject, payload): the hijack and its relatives
+        (f"$JS.API.STREAM.CREATE.EVILQ", stream("EVILQ", f"timeshare.query.v1.{cluster}.>")),
+        (f"$JS.API.STREAM.CREATE.EVILC", stream("EVILC", f"timeshare.cmd.v1.{cluster}.>")),
+        ("$JS.API.STREAM.CREATE.KV_evil", stream("KV_evil", "$KV.evil.>")),
+        (f"$JS.API.STREAM.UPDATE.{subjects.LOG_STREAM}",
+         json.dumps({"name": subjects.LOG_STREAM, "subjects": ["timeshare.v1.>"], "max_msgs": 1}).encode()),
+        (f"$JS.API.STREAM.DELETE.{subjects.INBOX_STREAM}", b""),
+        # another service's durable: placement's inbox consumer
+        (f"$JS.API.CONSUMER.DELETE.{subjects.INBOX_STREAM}.placement-{cluster}", b""),
+        (f"$JS.API.CONSUMER.CREATE.{subjects.INBOX_STREAM}.evil.timeshare.in.v1.{cluster}.>",
+         json.dumps({"stream_name": subjects.INBOX_STREAM, "config": {
+             "name": "evil", "filter_subject": f"timeshare.in.v1.{cluster}.>", "ack_policy": "explicit"}}).encode()),
+        # the forms whose filter (or push target) the subject does not show
+        (f"$JS.API.CONSUMER.CREATE.{subjects.LOG_STREAM}", json.dumps({"stream_name": subjects.LOG_STREAM, "config": {
+            "deliver_subject": f"timeshare.in.v1.{cluster}.workload.submitted", "ack_policy": "none"}}).encode()),
+        (f"$JS.API.CONSUMER.DURABLE.CREATE.{subjects.LOG_STREAM}.evil",
+         json.dumps({"stream_name": subjects.LOG_STREAM, "config": {"durable_name": "evil"}}).encode()),
+    ]
+    try:
+        for user in nats_auth.SERVICES:
+            for subject, payload in attempts:
+                if user == "placement" and subjects.INBOX_STREAM in subject and "CONSUMER" in subject:
+                    continue  # the inbox durable is placement's own
+                errors: list[str] = []
+                nc = await _connect(nats_server, user, errors)
+                try:
+                    with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+                        await nc.request(subject, payload, timeout=1)
+                    await nc.flush()
+                    await asyncio.sleep(0.05)
+                finally:
+                    await nc.close()
+                assert any("permissions violation for publish" in e.lower() and subject.lower() in e.lower()
+                           for e in errors), (user, subject, errors)
+        # nothing changed: the same streams and durables, the log as it was, queries answered by
+        # placement and commands by the budget service
+        assert await _js_names(op, "streams") == streams
+        assert {s: await _js_names(op, "consumers", s) for s in consumers} == consumers
+    finally:
+        await op.close()
+    async with client(stack, "tok-admin") as admin:
+        q = await admin.get("/v1/queue")
+        assert q.status_code == 200 and "stream" not in q.json(), q.text
+        r = await admin.put("/v1/allocations", json={"shares": {"beta/new": 1}, "reason": "after the attempts"})
+        assert r.status_code == 200, r.text
+        history = (await admin.get("/v1/allocations/history")).json()["changes"]
+        assert [h["reason"] for h in history] == ["after the attempts"]
+    after = await log_events(stack["gateway"].bus, cluster)
+    assert [e.event_id for e in after[:len(before)]] == [e.event_id for e in before]
+    assert all(not isinstance(e, ev.WorkloadSubmitted) or e.workload.id == "w-hijack" for e in after)
