@@ -109,9 +109,13 @@ class Bus:
         self.role: str | None = None
 
     @classmethod
-    async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare", role: str | None = None) -> "Bus":
+    async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare", role: str | None = None,
+                      buffer_while_disconnected: bool = True) -> "Bus":
         """Connect as the NATS user of ``role`` (default: the service ``name`` starts with, else
-        the operator) when ``settings`` carry NATS credentials (services/common/nats_auth.py)."""
+        the operator) when ``settings`` carry NATS credentials (services/common/nats_auth.py).
+        ``buffer_while_disconnected=False``: a publish while the connection is down fails at
+        once instead of waiting in nats-py's buffer to be sent after the reconnect (the
+        gateway: its answer must say whether a write was done; gateway/publish.py)."""
         holder: dict = {}
         auth = connect_auth(settings, name, role)
         user = auth.get("user")
@@ -130,7 +134,8 @@ class Bus:
 
         nc = await nats.connect(settings.nats_url.split(","), name=name, max_reconnect_attempts=-1,
                                 reconnect_time_wait=0.5, reconnected_cb=reconnected,
-                                disconnected_cb=disconnected, error_cb=error, **auth)
+                                disconnected_cb=disconnected, error_cb=error,
+                                **({} if buffer_while_disconnected else {"pending_size": 0}), **auth)
         holder["bus"] = bus = cls(nc, settings, cluster)
         bus.role = user
         return bus

@@ -47,7 +47,8 @@ class Gateway:
 
     async def start(self, serve_http: bool = True) -> "Gateway":
         if self.bus is None:
-            self.bus = await Bus.connect(self.settings, self.cluster, name="gateway")
+            # nothing buffered across a disconnect: a 503 means "not done" (gateway/publish.py)
+            self.bus = await Bus.connect(self.settings, self.cluster, name="gateway", buffer_while_disconnected=False)
         await self.bus.ensure_infra()
         await self.store.open()
         self.projection = Projection(f"gateway-{self.cluster}", self.config.tree())

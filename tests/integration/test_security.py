@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 
 import msgspec
 import nats
@@ -449,3 +451,130 @@ async def test_no_service_password_can_put_a_stream_in_front_of_queries_or_touch
     after = await log_events(stack["gateway"].bus, cluster)
     assert [e.event_id for e in after[:len(before)]] == [e.event_id for e in before]
     assert all(not isinstance(e, ev.WorkloadSubmitted) or e.workload.id == "w-hijack" for e in after)
+
+
+@pytest.fixture
+def own_nats():
+    import shutil
+    import tempfile
+
+    from services.devstack.servers import NatsServer
+
+    store = tempfile.mkdtemp(prefix="timeshare-nats-outage-")
+    server = NatsServer(store).start()
+    yield server
+    server.stop()
+    shutil.rmtree(store, ignore_errors=True)
+
+
+async def test_a_503_during_a_nats_outage_means_not_done_and_retries_with_the_key_run_once(make_settings, own_nats):
+    """Issue 22, finding 2: during a NATS outage 62 submissions got 503 and 61 of them ran (nats-py
+    kept them and sent them after the reconnect). Now a 503 is known not to be in the log; an
+    unsure answer is 202 "unconfirmed" with the id. A client that retries every 5xx and every
+    unconfirmed answer with the same Idempotency-Key gets each workload exactly once."""
+    from services.common.ids import workload_id_for_key
+
+    stack = await Stack(make_settings(nats_url=own_nats.url, nats_credentials=own_nats.credentials_file)).start()
+    cluster = stack.settings.cluster
+    gw = stack["gateway"]
+    answers: dict[str, list[tuple[int, str]]] = {}
+
+    async def submit(http, key: str) -> tuple[int, str]:
+        r = await http.post("/v1/workloads", json={**BASE, "work_s": 1}, headers={"Idempotency-Key": key})
+        state = r.json().get("state", "") if r.status_code == 202 else r.json()["detail"]
+        answers.setdefault(key, []).append((r.status_code, state))
+        return r.status_code, state
+
+    try:
+        async with client(stack, "tok-carol") as http:
+            http.timeout = 30
+            for i in range(3):
+                assert (await submit(http, f"before-{i}"))[0] == 202
+            own_nats.stop()
+            await wait_for(lambda: _off(gw), 10, what="the gateway to see NATS gone")
+            during = [f"during-{i}" for i in range(20)]
+            for key in during:
+                await submit(http, key)
+            refused = [k for k in during if answers[k][0][0] == 503]
+            assert refused, answers  # the outage was seen: nothing accepted blindly
+            assert all(answers[k][0][0] in (202, 503) for k in during), answers
+            assert all("nothing was done" in answers[k][0][1] for k in refused), answers
+            own_nats.start()  # the same store: the log and the inbox come back
+            await wait_for(lambda: _on(gw), 20, what="the gateway back on NATS")
+            await asyncio.sleep(3)  # what nats-py had buffered would be sent and applied by now
+            ids = {e.workload.id for e in of_type(await log_events(gw.bus, cluster), ev.WorkloadSubmitted)}
+            leaked = [k for k in refused if workload_id_for_key("carol", k) in ids]
+            assert not leaked, f"answered 503 yet in the log: {leaked}"
+            # the client retries every 5xx and every unconfirmed answer, with the same key
+            for key in during:
+                for _ in range(10):
+                    status, state = answers[key][-1]
+                    if status == 202 and state != "unconfirmed":
+                        break
+                    await submit(http, key)
+                    await asyncio.sleep(0.2)
+                assert answers[key][-1][0] == 202 and answers[key][-1][1] != "unconfirmed", answers[key]
+            # a server that takes the publish and answers nothing (stopped): the submission may
+            # be in the log, so neither 503 nor "submitted" but "unconfirmed" with its id
+            os.kill(own_nats.proc.pid, signal.SIGSTOP)
+            try:
+                frozen = asyncio.create_task(submit(http, "frozen"))
+                await asyncio.sleep(10)
+            finally:
+                os.kill(own_nats.proc.pid, signal.SIGCONT)
+            status, state = await frozen
+            assert (status, state) == (202, "unconfirmed"), answers["frozen"]
+            r = await http.post("/v1/workloads", json={**BASE, "work_s": 1}, headers={"Idempotency-Key": "frozen"})
+            assert r.status_code == 202 and r.json()["state"] != "unconfirmed", r.text
+        want = {workload_id_for_key("carol", k) for k in [*during, "frozen", *(f"before-{i}" for i in range(3))]}
+
+        async def each_once():
+            subs = [e.workload.id for e in of_type(await log_events(gw.bus, cluster), ev.WorkloadSubmitted)]
+            return set(subs) == want and len(subs) == len(want)
+
+        await wait_for(each_once, 20, what="every workload in the log exactly once")
+    finally:
+        await stack.stop()
+
+
+async def _off(gw) -> bool:
+    return not gw.bus.nc.is_connected
+
+
+async def _on(gw) -> bool:
+    return gw.bus.nc.is_connected
+
+
+async def test_an_id_in_use_is_a_409_with_an_idempotency_key_too_and_a_key_repeats_its_answer(stack):
+    """Issue 22, finding 3: an id reused with an Idempotency-Key answered 202 and the work never
+    ran (without the key the same request is a 409). And a budget change sent again with its key
+    is applied once and answered as the first time."""
+    async with client(stack, "tok-carol") as carol:
+        assert (await carol.post("/v1/workloads", json={**BASE, "id": "taken"})).status_code == 202
+        await wait_for(lambda: _has(carol, "taken"), what="the workload")
+        r = await carol.post("/v1/workloads", json={**BASE, "id": "taken"})
+        assert r.status_code == 409 and "already exists" in r.json()["detail"], r.text
+        r = await carol.post("/v1/workloads", json={**BASE, "id": "taken"}, headers={"Idempotency-Key": "k1"})
+        assert r.status_code == 409 and "already exists" in r.json()["detail"], r.text
+        # a key that made its workload repeats the first answer
+        first = await carol.post("/v1/workloads", json={**BASE, "id": "keyed"}, headers={"Idempotency-Key": "k2"})
+        assert first.status_code == 202, first.text
+        await wait_for(lambda: _has(carol, "keyed"), what="the keyed workload")
+        again = await carol.post("/v1/workloads", json={**BASE, "id": "keyed"}, headers={"Idempotency-Key": "k2"})
+        assert again.status_code == 202 and again.json()["workload_id"] == "keyed" and again.json()["replayed"], again.text
+    async with client(stack, "tok-admin") as admin:
+        body = {"shares": {"beta/keyed": 1}, "reason": "once"}
+        r1 = await admin.put("/v1/allocations", json=body, headers={"Idempotency-Key": "b1"})
+        assert r1.status_code == 200, r1.text
+        r2 = await admin.put("/v1/allocations", json=body, headers={"Idempotency-Key": "b1"})
+        assert r2.status_code == 200 and r2.json()["event_id"] == r1.json()["event_id"] and r2.json()["replayed"], r2.text
+        assert r2.json()["changed"] == r1.json()["changed"]
+        history = (await admin.get("/v1/allocations/history")).json()["changes"]
+        assert [h["reason"] for h in history] == ["once"]
+    log = await log_events(stack["gateway"].bus, stack.settings.cluster)
+    assert len([e for e in of_type(log, ev.WorkloadSubmitted) if e.workload.id == "taken"]) == 1
+    assert len(of_type(log, ev.BudgetChanged)) == 1
+
+
+async def _has(http, wid: str) -> bool:
+    return (await http.get(f"/v1/workloads/{wid}")).status_code == 200
