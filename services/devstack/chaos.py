@@ -432,7 +432,7 @@ class Chaos:
                 "WHERE kind = 'events' AND doc->>'type' = 'workload.submitted'")
         finally:
             await conn.close()
-        async with httpx.AsyncClient(timeout=5) as http:
+        async with httpx.AsyncClient(timeout=5, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
             async def healthy():
                 r = await http.get(self.url + "/healthz")
                 result.healthz_status, result.healthz = r.status_code, r.json()

@@ -32,6 +32,7 @@ from ..common.supervise import describe, is_transient
 from ..common.ids import new_id, submitted_id, workload_id_for_key
 from . import limits, ui
 from .publish import NotPublished, propose_confirmed
+from .text_guard import TextGuard
 from .limits import check_id
 
 API_VERSION = "v1"
@@ -115,7 +116,10 @@ def create_app(gw) -> FastAPI:
                               "order; manage the allocation tree. Authenticate with `Authorization: Bearer <token>`.",
                   responses=ERROR_RESPONSES)
     cluster = gw.cluster
-    # every body is bounded before it is read (a 10 MB body of unknown fields was accepted)
+    # text that is not UTF-8 (a lone surrogate) is a 400 before the app sees it (issue 22, finding 4)
+    app.add_middleware(TextGuard)
+    # every body is bounded before it is read (a 10 MB body of unknown fields was accepted);
+    # added last: the outer one, so TextGuard reads a bounded body
     app.add_middleware(limits.BodyLimit)
 
     @app.exception_handler(Unavailable)
@@ -224,9 +228,12 @@ def create_app(gw) -> FastAPI:
     @app.get("/healthz", tags=["operations"],
              responses={503: {"description": "not ok: the report names the service or projection at fault",
                               "content": {"application/json": {"schema": {"type": "object"}}}}})
-    async def healthz(response: Response) -> dict:
+    async def healthz(response: Response,
+                      authorization: Annotated[str | None, Header(description="Bearer <token>: the whole report")] = None) -> dict:
         """Every service's report: each consumer's applied sequence, lag and last error; 503 when
-        a service does not answer, is off NATS, or has a projection stuck."""
+        a service does not answer, is off NATS, or has a projection stuck. Without a valid bearer
+        token only ``ok`` (and the status code): the report names consumers, errors and the
+        leader (issue 22, finding 6)."""
         own = health_reports.projector_report("gateway", [gw.projector], gw.bus)
         others = await health_reports.gather(gw.bus, cluster)
         missing = sorted(n for n, r in others.items() if r is None)
@@ -234,6 +241,9 @@ def create_app(gw) -> FastAPI:
                                        for n, r in others.items()}}
         ok = all(r["ok"] for r in services.values())
         response.status_code = 200 if ok else 503
+        token = authorization.split(None, 1)[1].strip() if authorization and " " in authorization.strip() else ""
+        if not (authorization or "").lower().startswith("bearer ") or gw.tokens.lookup(token) is None:
+            return {"ok": ok, "detail": "the full report needs a bearer token"}
         return {"ok": ok, "cluster": cluster, "projection_seq": gw.projector.applied_seq, "missing": missing,
                 "services": services}
 

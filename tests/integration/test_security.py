@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 
@@ -273,7 +274,7 @@ async def test_nats_itself_refuses_forged_publishes_and_anonymous_clients(stack,
         assert (await admin.get("/v1/workloads/victim")).json()["state"] == "running"
 
 
-async def test_a_forged_record_on_the_log_is_reported_and_skipped_only_by_the_operator(stack, make_settings):
+async def test_a_forged_record_on_the_log_is_reported_and_skipped_only_by_the_operator(stack, make_settings, caplog):
     from services.placement.service import Placement
     from services.placement.skip import skip
 
@@ -325,6 +326,16 @@ async def test_a_forged_record_on_the_log_is_reported_and_skipped_only_by_the_op
         assert [type(e) for e in holder][:1] == [ev.WorkloadStarted]
         state = placement.state
         assert state.workloads["holder"].state == "running" and state.workloads["waiter"].state == "pending"
+    # issue 22, finding 8: the executor printed a traceback for the skipped record at every start;
+    # it skips it as placement does, in one line
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="timeshare"):
+        await stack.stop_service("executor")
+        await stack.start_service("executor")
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
+    assert any(f"seq {ack.seq}" in r.getMessage() and "skip" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
+    assert stack["executor"].running.get("holder") is not None and "waiter" not in stack["executor"].running
 
 
 def _async(predicate):
@@ -578,3 +589,126 @@ async def test_an_id_in_use_is_a_409_with_an_idempotency_key_too_and_a_key_repea
 
 async def _has(http, wid: str) -> bool:
     return (await http.get(f"/v1/workloads/{wid}")).status_code == 200
+
+
+async def test_a_lone_surrogate_is_a_400_and_the_connection_stays_usable(stack):
+    """Issue 22, finding 4: ``"reason": "r\\ud800x"`` (valid JSON, not encodable text) or
+    ``%ED%A0%80`` in a node name gave HTTP 500 and the next request on that connection was reset
+    (the error handler echoed the input). Each is a 400 naming where, and the same connection
+    answers the next request."""
+    raw = '"r\\ud800x"'  # the JSON escape of a lone surrogate, as a client sends it
+    cases = {  # sentence: (method, path, token, JSON text or None)
+        "a submission's kind": ("POST", "/v1/workloads", "tok-carol",
+                                '{"project": "alpha/train", "gpu_type": "H100", "gpus": 1, "work_s": 10, "kind": %s}' % raw),
+        "a health report's reason": ("POST", "/v1/nodes/H100-000/health", "tok-health",
+                                     '{"ok": false, "reason": %s}' % raw),
+        "a budget change's reason": ("PUT", "/v1/allocations", "tok-admin", '{"shares": {"beta": 1}, "reason": %s}' % raw),
+        "a budget change's path": ("PUT", "/v1/allocations", "tok-admin", '{"shares": {%s: 1}, "reason": "r"}' % raw),
+        "a node name in the path": ("POST", "/v1/nodes/%ED%A0%80/heartbeat", "tok-health", None),
+        "a workload id in the path": ("GET", "/v1/workloads/a%ED%A0%80b", "tok-carol", None),
+        "an escaped low surrogate alone": ("POST", "/v1/workloads", "tok-carol",
+                                           '{"project": "alpha/train", "gpu_type": "H100", "gpus": 1, "work_s": 10, '
+                                           '"kind": "\\udc00"}'),
+    }
+    import httpx
+
+    transport = httpx.AsyncHTTPTransport()
+    async with httpx.AsyncClient(base_url=stack["gateway"].url, transport=transport, timeout=10) as http:
+        for sentence, (method, path, token, text) in cases.items():
+            r = await http.request(method, path, headers={"Authorization": f"Bearer {token}",
+                                                          "Content-Type": "application/json"},
+                                   content=text.encode() if text is not None else None)
+            assert r.status_code == 400, (sentence, r.status_code, r.text)
+            assert "surrogate" in r.json()["detail"] or "UTF-8" in r.json()["detail"], (sentence, r.text)
+            # the same keep-alive connection answers the next request
+            ok = await http.get("/v1/workloads", headers={"Authorization": "Bearer tok-carol"})
+            assert ok.status_code == 200, (sentence, ok.text)
+        # a well-formed pair (an emoji, escaped) is text like any other
+        r = await http.post("/v1/workloads", headers={"Authorization": "Bearer tok-carol", "Content-Type": "application/json"},
+                            content=b'{"project": "alpha/train", "gpu_type": "H100", "gpus": 1, "work_s": 10, '
+                                    b'"kind": "\\ud83d\\ude00"}')
+        assert r.status_code == 202, r.text
+    assert of_type(await log_events(stack["gateway"].bus, stack.settings.cluster), ev.BudgetChanged) == []
+
+
+async def test_a_workloads_trace_is_for_those_who_may_see_the_workload(stack):
+    """Issue 22, finding 5: ``GET /v1/workloads/{id}/trace`` answered every token for every
+    workload (the user, the project, the SQL of the spans). Now the rule of the workload itself."""
+    async with client(stack, "tok-carol") as carol:
+        assert (await carol.post("/v1/workloads", json={**BASE, "id": "traced"})).status_code == 202
+        await wait_for(lambda: _has(carol, "traced"), what="the workload")
+        assert (await carol.get("/v1/workloads/traced/trace")).status_code == 200  # her own
+    for token, status in (("tok-bob", 403), ("tok-dave", 403), ("tok-alice", 200), ("tok-admin", 200)):
+        async with client(stack, token) as http:
+            r = await http.get("/v1/workloads/traced/trace")
+            assert r.status_code == status, (token, r.text)
+            if status == 403:
+                assert "carol" not in r.text and "spans" not in r.text, r.text
+    async with client(stack, "tok-bob") as bob:
+        assert (await bob.get("/v1/workloads/nothing-here/trace")).status_code == 404
+
+
+async def test_healthz_without_a_token_says_only_ok(stack):
+    """Issue 22, finding 6: ``/healthz`` without a token showed consumer names, errors and the
+    leader's id. The status code stays open (load balancers); the report needs a token."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=stack["gateway"].url, timeout=10) as anonymous:
+        for headers in ({}, {"Authorization": "Bearer not-a-token"}, {"Authorization": "tok-carol"}):
+            r = await anonymous.get("/healthz", headers=headers)
+            assert r.status_code == 200, r.text
+            assert set(r.json()) == {"ok", "detail"} and r.json()["ok"] is True, r.text
+            for secret in ("placement-", stack.settings.cluster, "leader", "consumer", "error", "seq"):
+                assert secret not in r.text, (secret, r.text)
+    async with client(stack, "tok-carol") as carol:
+        body = (await carol.get("/healthz")).json()
+        assert body["ok"] and set(body["services"]) == {"gateway", "placement", "budget", "ledger", "health",
+                                                        "executor"}
+
+
+async def test_slow_sockets_are_closed_when_their_request_does_not_arrive_in_time(make_settings):
+    """Issue 22, finding 7: 1,000 slow sockets (slowloris) were held 20 s and more. With a read
+    deadline of 1 s each is closed by the gateway within about that, and the gateway answers
+    others meanwhile."""
+    import time
+
+    stack = await Stack(make_settings(http_read_timeout_s=1.0)).start()
+    gw = stack["gateway"]
+    host, port = gw.settings.http_host, gw.settings.http_port
+    writers = []
+    try:
+        t0 = time.monotonic()
+        for i in range(300):
+            reader, writer = await asyncio.open_connection(host, port)
+            if i % 3 == 1:  # the request line and a header, then nothing more
+                writer.write(b"GET /v1/workloads HTTP/1.1\r\nHost: x\r\n")
+            elif i % 3 == 2:  # whole headers, a body announced and never sent
+                writer.write(b"POST /v1/workloads HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            await writer.drain()
+            writers.append((reader, writer))
+        async with client(stack, "tok-carol") as http:
+            assert (await http.get("/v1/workloads")).status_code == 200
+
+        async def closed(reader) -> float:
+            while await reader.read(65536):  # a 4xx may come first; then EOF
+                pass
+            return time.monotonic() - t0
+
+        times = await asyncio.wait_for(asyncio.gather(*(closed(r) for r, _ in writers)), 15)
+        assert max(times) < 8, max(times)
+        # a keep-alive connection that sends its next request slowly meets the same deadline
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        assert b"200 OK" in await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"GET /healthz HTTP/1.1\r\n")
+        await writer.drain()
+        t1 = time.monotonic()
+        while await asyncio.wait_for(reader.read(65536), 10):
+            pass
+        assert time.monotonic() - t1 < 5
+        writer.close()
+    finally:
+        for _, w in writers:
+            w.close()
+        await stack.stop()
