@@ -124,10 +124,12 @@ class Flow:
         while time.monotonic() < deadline:
             try:
                 r = await http.post("/v1/workloads", json=body, headers={"Idempotency-Key": key})
-                if r.status_code == 202:
+                if r.status_code == 202 and r.json().get("state") != "unconfirmed":
                     self.accepted[key] = r.json()["workload_id"]
                     return
-                self.retries[str(r.status_code)] += 1
+                # a 5xx means not done; "unconfirmed" (202) may be done: both are sent again with
+                # the same key, which runs the work at most once (issue 22)
+                self.retries["202 unconfirmed" if r.status_code == 202 else str(r.status_code)] += 1
                 if r.status_code < 500:
                     raise RuntimeError(f"submission {key} refused: {r.status_code} {r.text}")
             except httpx.HTTPError as exc:
