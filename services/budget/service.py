@@ -120,6 +120,11 @@ class Budget:
         if not reason.strip():
             return {"error": "reason: say why (it goes into the audit log)", "status": 400}
         async with self.lock:
+            done = await self._applied(request_id)
+            if done is not None:  # a retry (same Idempotency-Key): the first answer again
+                return {"event_id": request_id, "replayed": True,
+                        "changed": {p: {"old": done["old"].get(p), "new": done["new"].get(p)} for p in sorted(shares)},
+                        "fractions": {p: round(n.fraction, 6) for p, n in sorted(self.tree.nodes.items())}}
             refused = sorted(p for p in shares if not caller.may_change_share_of(p))
             if refused:
                 managed = ", ".join(caller.manages) or "nothing"
@@ -144,6 +149,10 @@ class Budget:
         if not reason.strip():
             return {"error": "reason: say why (it goes into the audit log)", "status": 400}
         async with self.lock:
+            done = await self._applied(request_id)
+            if done is not None:  # a retry (same Idempotency-Key): the first answer again
+                return {"event_id": request_id, "replayed": True,
+                        "removed": sorted(p for p in done["old"] if p not in done["new"])}
             if not caller.may_change_share_of(path):
                 return {"error": f"{caller.user} manages {', '.join(caller.manages) or 'nothing'}; may not remove "
                                  f"{path} (a manager retires children of nodes they manage)", "status": 403}
@@ -180,11 +189,24 @@ class Budget:
             await self.bus.propose(event)
             await asyncio.wait_for(fut, 10)
         except asyncio.TimeoutError:
-            return {"error": "the change was sent but is not in the log yet (is placement running? a change "
-                             "placement refused is in the dead-letter stream with the reason)", "status": 503}
+            # not 503: it may still be applied (issue 22, finding 2); the same request id again
+            # is the same change, applied at most once
+            return {"state": "unconfirmed", "event_id": event.event_id, "request_id": request_id,
+                    "detail": "the change was sent but is not in the log yet (is placement running? a change "
+                              "placement refused is in the dead-letter stream with the reason); send it again "
+                              "with the same Idempotency-Key to know"}
         finally:
             self.waiters.pop(event.event_id, None)
         return {"event_id": event.event_id, "old": old}
+
+    async def _applied(self, request_id: str) -> dict | None:
+        """The history entry of a change already applied under this request id, if any."""
+        if not request_id.startswith("budget."):
+            return None
+        for entry in reversed(await self.store.journal("history", self.cluster)):
+            if entry.get("event_id") == request_id:
+                return entry
+        return None
 
     async def history(self) -> dict:
         history = await self.store.journal("history", self.cluster)

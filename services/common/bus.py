@@ -40,6 +40,13 @@ INFRA_FILE = ROOT / "infra" / "nats.json"
 PUBLISH_TIMEOUT_S = 4.0
 
 
+class InfraMissing(RuntimeError):
+    """A stream, durable or bucket of infra/nats.json does not exist and this connection's NATS
+    user may not create it: the operator's setup step has not run (yet). Retried at start."""
+
+    transient = True
+
+
 class FenceError(RuntimeError):
     """Another writer appended to the cluster's log: this instance is no longer the leader."""
 
@@ -102,9 +109,13 @@ class Bus:
         self.role: str | None = None
 
     @classmethod
-    async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare", role: str | None = None) -> "Bus":
+    async def connect(cls, settings: Settings, cluster: str, name: str = "timeshare", role: str | None = None,
+                      buffer_while_disconnected: bool = True) -> "Bus":
         """Connect as the NATS user of ``role`` (default: the service ``name`` starts with, else
-        the operator) when ``settings`` carry NATS credentials (services/common/nats_auth.py)."""
+        the operator) when ``settings`` carry NATS credentials (services/common/nats_auth.py).
+        ``buffer_while_disconnected=False``: a publish while the connection is down fails at
+        once instead of waiting in nats-py's buffer to be sent after the reconnect (the
+        gateway: its answer must say whether a write was done; gateway/publish.py)."""
         holder: dict = {}
         auth = connect_auth(settings, name, role)
         user = auth.get("user")
@@ -123,7 +134,8 @@ class Bus:
 
         nc = await nats.connect(settings.nats_url.split(","), name=name, max_reconnect_attempts=-1,
                                 reconnect_time_wait=0.5, reconnected_cb=reconnected,
-                                disconnected_cb=disconnected, error_cb=error, **auth)
+                                disconnected_cb=disconnected, error_cb=error,
+                                **({} if buffer_while_disconnected else {"pending_size": 0}), **auth)
         holder["bus"] = bus = cls(nc, settings, cluster)
         bus.role = user
         return bus
@@ -136,13 +148,46 @@ class Bus:
 
     # -- infra ------------------------------------------------------------------------------
     async def ensure_infra(self) -> None:
-        """Create (or update) streams, durable consumers and KV buckets; safe to run again, so
-        tried again through a NATS that is away or electing leaders (``retry_transient``)."""
+        """The operator's connection (or one without NATS users) creates or updates the streams,
+        durable consumers, KV buckets and object stores of infra/nats.json; a service's only
+        checks that they exist and waits (``InfraMissing`` is transient) until the operator's
+        step (``python -m services.admin setup``) made them: a service's NATS user may not
+        create a stream (finding 1 of issue 22: a stream on the query subjects answered every
+        query). Safe to run again, so tried again through a NATS that is away or electing
+        leaders (``retry_transient``)."""
         from .supervise import retry_transient
 
-        await retry_transient("creating the JetStream streams, consumers and buckets", self._ensure_infra)
+        if self.role in (None, nats_auth.OPERATOR):
+            await retry_transient("creating the JetStream streams, consumers and buckets", self.create_infra)
+        else:
+            await retry_transient("finding the JetStream streams, consumers and buckets", self.check_infra)
 
-    async def _ensure_infra(self) -> None:
+    async def check_infra(self) -> None:
+        """Every stream, this cluster's durables and every bucket exist (InfraMissing if not)."""
+        defs = infra_definitions(self.settings, self.cluster)
+        missing = []
+        for s in defs["streams"]:
+            try:
+                await self.js.stream_info(s["name"])
+            except NotFoundError:
+                missing.append(f"stream {s['name']}")
+        for c in defs["consumers"]:
+            try:
+                await self.js.consumer_info(c["stream"], c["durable_name"])
+            except NotFoundError:
+                missing.append(f"durable {c['durable_name']} on {c['stream']}")
+        for bucket in [kv["bucket"] for kv in defs["key_value"]] + [o["bucket"] for o in defs.get("object_store", [])]:
+            prefix = "KV" if any(kv["bucket"] == bucket for kv in defs["key_value"]) else "OBJ"
+            try:
+                await self.js.stream_info(f"{prefix}_{bucket}")
+            except NotFoundError:
+                missing.append(f"bucket {bucket}")
+        if missing:
+            raise InfraMissing(f"{', '.join(missing)} missing for cluster {self.cluster}: an operator creates "
+                               f"them with `python -m services.admin setup` (infra/nats.json)")
+
+    async def create_infra(self) -> None:
+        """Create (or update) everything in infra/nats.json for this cluster (the operator's step)."""
         defs = infra_definitions(self.settings, self.cluster)
         for s in defs["streams"]:
             cfg = api.StreamConfig(
@@ -153,16 +198,11 @@ class Bus:
             try:
                 await self.js.add_stream(cfg)
             except BadRequestError:
-                if self.role not in (None, "placement", nats_auth.OPERATOR):
-                    # only placement and the operator may change a stream (NATS permissions):
-                    # a service's user could otherwise shrink the log's limits and wipe it
-                    log.warning("stream %s differs from infra/nats.json; placement updates it", s["name"])
-                    continue
                 await self.js.update_stream(cfg)
         for c in defs["consumers"]:
             try:
                 await self.js.add_consumer(c["stream"], api.ConsumerConfig(
-                    durable_name=c["durable_name"], filter_subject=c["filter_subject"],
+                    name=c["durable_name"], durable_name=c["durable_name"], filter_subject=c["filter_subject"],
                     ack_policy=api.AckPolicy(c["ack_policy"]), ack_wait=float(c["ack_wait"]),
                     max_ack_pending=int(c["max_ack_pending"]), deliver_policy=api.DeliverPolicy(c["deliver_policy"])))
             except APIError as exc:
@@ -191,14 +231,23 @@ class Bus:
                 await self.js.create_key_value(api.KeyValueConfig(
                     bucket=kv["bucket"], history=int(kv["history"]), ttl=ttl, description=kv.get("description"),
                     storage=api.StorageType(kv["storage"]), replicas=int(kv["replicas"])))
+        for obj in defs.get("object_store", []):
+            await self._object_store(obj["bucket"], create=True)
 
     async def object_store(self, bucket: str):
-        """The object store ``bucket``, created (with the stream replicas) when missing."""
+        """The object store ``bucket``; created (with the stream replicas) when missing by the
+        operator's connection only (a service waits for the operator's setup: InfraMissing)."""
+        return await self._object_store(bucket, create=self.role in (None, nats_auth.OPERATOR))
+
+    async def _object_store(self, bucket: str, create: bool):
         from nats.js.errors import BucketNotFoundError
 
         try:
             return await self.js.object_store(bucket)
         except (BucketNotFoundError, NotFoundError):
+            if not create:
+                raise InfraMissing(f"object store {bucket} missing: an operator creates it with "
+                                   "`python -m services.admin setup`") from None
             return await self.js.create_object_store(
                 bucket, config=api.ObjectStoreConfig(bucket=bucket, replicas=self.settings.replicas,
                                                      storage=api.StorageType.FILE))
@@ -309,6 +358,9 @@ class Bus:
             return  # the durable is at or behind the store: duplicates are skipped by sequence
         cfg = info.config
         await self.js.delete_consumer(stream, durable)
+        # named: created through CONSUMER.CREATE.<stream>.<name>.<filter>, the only form a
+        # service's NATS user may use (its filter is checked by the server)
+        cfg.name = durable
         cfg.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
         cfg.opt_start_seq = after_seq + 1
         await self.js.add_consumer(stream, cfg)

@@ -21,10 +21,12 @@ log. With it, the server itself refuses the publish (a "Permissions Violation"):
   operator's tools (``nats`` CLI, ``python -m services.placement.skip``). Keep its password
   off service hosts.
 
-Left open (documented in docs/records/2026-12-01-security.md): every service may still create streams
-(an existing one is left as it is: creating it again with another configuration fails) and
-create or delete consumers (each creates what it uses at start). Updating a stream (its limits
-could wipe it), deleting or purging one is for placement and the operator only.
+Streams, durable consumers, KV buckets and the object store are the operator's: one step
+(``python -m services.admin setup``, from infra/nats.json) creates them; services only bind
+(``Bus.ensure_infra`` checks and waits). No service may create, update or delete a stream; a
+service creates and deletes only pull consumers on the streams it reads, with filters inside
+its own subjects (``_consumers`` below; what that still allows is in docs/design/security.md).
+Purging is placement's (its log, below its snapshots).
 
 ``python -m services.common.nats_auth DIR`` writes ``DIR/nats-auth.conf`` (include it from the
 server's configuration) and ``DIR/nats-credentials.json`` (``TIMESHARE_NATS_CREDENTIALS``), both
@@ -43,12 +45,32 @@ SERVICES = ("placement", "gateway", "budget", "ledger", "health", "executor")
 OPERATOR = "operator"
 ROLES = (*SERVICES, OPERATOR)
 
-# JetStream use every service needs: stream/consumer info and creation (each creates what it
-# uses at start), pull deliveries (requests on CONSUMER.MSG.NEXT, replies on _INBOX), acks,
-# direct gets (KV reads), and the dead-letter stream
-_JS_CLIENT = ["$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
-              "$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.MSG.GET.>",
-              "$JS.API.DIRECT.GET.>", "$JS.API.CONSUMER.>", "$JS.ACK.>", "timeshare.dlq.>"]
+# JetStream use every service needs, read-only: stream/consumer info, direct gets (KV reads),
+# acks and the dead-letter stream. No service creates, updates or deletes a stream, KV bucket or
+# object store: the operator's setup step does (services/admin, from infra/nats.json). Issue 22,
+# finding 1: with $JS.API.STREAM.CREATE any service's password made a stream on the query and
+# command subjects, and JetStream answered every query and command first.
+_JS_READ = ["$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+            "$JS.API.STREAM.MSG.GET.>", "$JS.API.DIRECT.GET.>", "$JS.API.CONSUMER.INFO.>", "$JS.ACK.>",
+            "timeshare.dlq.>"]
+
+
+def _consumers(stream: str, filter_subject: str) -> list[str]:
+    """Pull consumers on ``stream`` whose filter is within ``filter_subject``: create one (the
+    filtered form ``CONSUMER.CREATE.<stream>.<name>.<filter>``, so the server refuses another
+    filter; an ephemeral replay or a durable moved back to the store's sequence), pull from
+    it, delete one (a durable re-created at another start). NATS subjects cannot say "names that
+    start with ledger-": a reader of a stream can delete another reader's durable there; its
+    owner creates it again at the sequence its store recorded (nothing lost; see
+    docs/design/security.md)."""
+    return [f"$JS.API.CONSUMER.CREATE.{stream}.*.{filter_subject}", f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*",
+            f"$JS.API.CONSUMER.DELETE.{stream}.*"]
+
+
+_LOG_ALL = _consumers("TIMESHARE", "timeshare.v1.>")
+# the snapshot store is read through an ordered consumer on its stream
+_SNAPSHOT_READ = [*_consumers("OBJ_timeshare_snapshots", "$O.timeshare_snapshots.>"),
+                  "$JS.API.CONSUMER.CREATE.OBJ_timeshare_snapshots", "$JS.FC.>"]
 _Q = "timeshare.query.v1.*"
 _C = "timeshare.cmd.v1.*"
 _IN = "timeshare.in.v1.*"
@@ -60,9 +82,8 @@ def _healthz(service: str) -> str:
 
 PERMISSIONS: dict[str, dict[str, list[str]]] = {
     "placement": {
-        "publish": [*_JS_CLIENT, "timeshare.v1.>", "$KV.timeshare_leases.>", "$O.timeshare_snapshots.>",
-                    # changing a stream's configuration (its limits could wipe it): placement only
-                    "$JS.API.STREAM.UPDATE.>",
+        "publish": [*_JS_READ, *_consumers("TIMESHARE_IN", "timeshare.in.v1.>"), *_LOG_ALL, *_SNAPSHOT_READ,
+                    "timeshare.v1.>", "$KV.timeshare_leases.>", "$O.timeshare_snapshots.>",
                     "$JS.API.STREAM.PURGE.OBJ_timeshare_snapshots",
                     # the bounded log: after a snapshot placement purges its cluster's log below
                     # it (the purge mark goes first into the snapshot store, above)
@@ -75,27 +96,27 @@ PERMISSIONS: dict[str, dict[str, list[str]]] = {
                       f"{_Q}.trace"],
     },
     "gateway": {
-        "publish": [*_JS_CLIENT, f"{_IN}.workload.submitted", f"{_IN}.workload.cancelled", f"{_C}.>", f"{_Q}.>",
+        "publish": [*_JS_READ, *_LOG_ALL, f"{_IN}.workload.submitted", f"{_IN}.workload.cancelled", f"{_C}.>", f"{_Q}.>",
                     "timeshare.hb.v1.*"],
         "subscribe": ["_INBOX.>"],
     },
     "budget": {
-        "publish": [*_JS_CLIENT, f"{_IN}.budget.changed", f"{_Q}.work"],
+        "publish": [*_JS_READ, *_consumers("TIMESHARE", "timeshare.v1.*.budget.>"), f"{_IN}.budget.changed", f"{_Q}.work"],
         "subscribe": ["_INBOX.>", _healthz("budget"), f"{_C}.budget.set", f"{_C}.budget.remove",
                       f"{_Q}.budget.history"],
     },
     "ledger": {
-        "publish": [*_JS_CLIENT, "$KV.timeshare_usage.>"],
+        "publish": [*_JS_READ, *_LOG_ALL, "$KV.timeshare_usage.>"],
         "subscribe": ["_INBOX.>", _healthz("ledger"), f"{_Q}.ledger.report", f"{_Q}.ledger.series",
                       f"{_Q}.ledger.usage"],
     },
     "health": {
-        "publish": [*_JS_CLIENT, f"{_IN}.node.unhealthy", f"{_IN}.node.failed", f"{_IN}.node.repaired"],
+        "publish": [*_JS_READ, *_consumers("TIMESHARE", "timeshare.v1.*.node.>"), f"{_IN}.node.unhealthy", f"{_IN}.node.failed", f"{_IN}.node.repaired"],
         "subscribe": ["_INBOX.>", _healthz("health"), "timeshare.hb.v1.*", f"{_C}.health.report",
                       f"{_C}.health.repaired", f"{_Q}.health.nodes"],
     },
     "executor": {
-        "publish": [*_JS_CLIENT, f"{_IN}.workload.completed", f"{_IN}.workload.failed"],
+        "publish": [*_JS_READ, *_LOG_ALL, *_SNAPSHOT_READ, f"{_IN}.workload.completed", f"{_IN}.workload.failed"],
         "subscribe": ["_INBOX.>", _healthz("executor"), f"{_C}.executor.advance", f"{_Q}.trace"],
     },
     OPERATOR: {"publish": [">"], "subscribe": [">"]},

@@ -38,6 +38,9 @@ class Settings:
     #: gateway HTTP address
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    #: the gateway closes a connection whose request (headers and body) has not fully arrived
+    #: within this many seconds of its opening or of the previous response (slow sockets)
+    http_read_timeout_s: float = 10.0
     #: the gateway serves HTTPS with this certificate and key (both or neither)
     http_tls_cert: str = ""
     http_tls_key: str = ""

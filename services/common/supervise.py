@@ -32,6 +32,8 @@ def is_transient(exc: BaseException) -> bool:
         asyncpg = None
     if isinstance(exc, (OSError, ConnectionError, asyncio.TimeoutError, TimeoutError)):
         return True
+    if getattr(exc, "transient", False):  # e.g. bus.InfraMissing: the operator's setup comes
+        return True
     if isinstance(exc, nats.errors.Error) and not isinstance(exc, nats.errors.BadSubjectError):
         return True
     if asyncpg is not None:

@@ -124,10 +124,12 @@ class Flow:
         while time.monotonic() < deadline:
             try:
                 r = await http.post("/v1/workloads", json=body, headers={"Idempotency-Key": key})
-                if r.status_code == 202:
+                if r.status_code == 202 and r.json().get("state") != "unconfirmed":
                     self.accepted[key] = r.json()["workload_id"]
                     return
-                self.retries[str(r.status_code)] += 1
+                # a 5xx means not done; "unconfirmed" (202) may be done: both are sent again with
+                # the same key, which runs the work at most once (issue 22)
+                self.retries["202 unconfirmed" if r.status_code == 202 else str(r.status_code)] += 1
                 if r.status_code < 500:
                     raise RuntimeError(f"submission {key} refused: {r.status_code} {r.text}")
             except httpx.HTTPError as exc:
@@ -194,6 +196,9 @@ class Chaos:
                     await bus.close()
 
             await self._until(js_ready, 60, "the NATS cluster's JetStream")
+        from ..admin.setup import setup
+
+        await setup(self.settings, [self.config.name])  # the operator's step: services only bind
         for name in SERVICES:
             self.procs[name] = self.spawn(name)
         self.standby = self.spawn("placement", "-standby")
@@ -429,7 +434,7 @@ class Chaos:
                 "WHERE kind = 'events' AND doc->>'type' = 'workload.submitted'")
         finally:
             await conn.close()
-        async with httpx.AsyncClient(timeout=5) as http:
+        async with httpx.AsyncClient(timeout=5, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
             async def healthy():
                 r = await http.get(self.url + "/healthz")
                 result.healthz_status, result.healthz = r.status_code, r.json()

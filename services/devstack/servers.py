@@ -284,10 +284,39 @@ class PostgresServer:
     started: bool = False
     proc: subprocess.Popen | None = None
     notes: list[str] = field(default_factory=list)
+    #: TLS (issue 22, "PostgreSQL over TLS like NATS"): the server's certificate and key (PEM);
+    #: with them, clients over TCP must use TLS (``hostnossl ... reject``) and ``dsn_query``
+    #: names the CA for ``sslmode=verify-full``
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
 
     @property
     def dsn(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def dsn_query(self) -> str:
+        """What a client adds to a database URL of this server (``?sslmode=...``; "" without TLS)."""
+        if not self.tls_cert:
+            return ""
+        return f"?sslmode=verify-full&sslrootcert={self.tls_ca}" if self.tls_ca else "?sslmode=require"
+
+    def _tls_args(self, ids) -> list[str]:
+        """Copy the certificate and key where the postgres user owns them (it refuses a key others
+        can read) and require TLS for TCP clients (a pg_hba file of its own)."""
+        if not self.tls_cert:
+            return []
+        crt, key, hba = (os.path.join(self.data_dir, n) for n in ("tls-server.crt", "tls-server.key", "tls-hba.conf"))
+        shutil.copyfile(self.tls_cert, crt)
+        shutil.copyfile(self.tls_key, key)
+        Path(hba).write_text("local all all trust\nhostssl all all 127.0.0.1/32 trust\n"
+                             "hostnossl all all 0.0.0.0/0 reject\n")
+        for path in (crt, key, hba):
+            os.chmod(path, 0o600)
+            if ids is not None:
+                shutil.chown(path, "postgres", "postgres")
+        return ["-c", "ssl=on", "-c", f"ssl_cert_file={crt}", "-c", f"ssl_key_file={key}", "-c", f"hba_file={hba}"]
 
     def _leftover(self) -> None:
         pidfile = os.path.join(self.data_dir, "postmaster.pid")
@@ -324,7 +353,7 @@ class PostgresServer:
         cmd = [f"{self.bin_dir}/postgres", "-D", self.data_dir, "-p", str(self.port),
                "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
                "-c", "full_page_writes=off", "-c", f"unix_socket_directories={self.data_dir}",
-               "-c", "max_connections=200"]
+               "-c", "max_connections=200", *self._tls_args(ids)]
         die = die_with_parent(signal.SIGINT)  # fast shutdown when we are gone
 
         def preexec() -> None:

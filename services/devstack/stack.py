@@ -48,6 +48,7 @@ class Stack:
         import time
 
         try:
+            await self.setup_infra()
             for name in self.names:
                 t0 = time.monotonic()
                 if echo:
@@ -59,6 +60,17 @@ class Stack:
             await self.stop()  # nothing half-started is left behind
             raise
         return self
+
+    async def setup_infra(self) -> None:
+        """The operator's step first (``python -m services.admin setup``): services only bind to
+        the streams, durables and buckets. Skipped without the operator's password (its
+        services then wait for an operator to run it)."""
+        from ..admin.setup import setup
+        from ..common import nats_auth
+
+        creds = self.settings.nats_credential_table()
+        if not creds or nats_auth.OPERATOR in creds:
+            await setup(self.settings, [self.settings.cluster])
 
     async def start_service(self, name: str):
         main = importlib.import_module(f"services.{name}.main")

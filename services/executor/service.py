@@ -32,7 +32,7 @@ from ..common.bus import Bus, decode_event, follow
 from ..common.cluster_config import ClusterConfig
 from ..common.ids import ended_id
 from ..common.settings import Settings
-from ..common.supervise import is_transient, retry_transient
+from ..common.supervise import describe, is_transient, retry_transient
 from ..common.telemetry import extract_context, setup_telemetry
 
 log = logging.getLogger("timeshare.executor")
@@ -81,6 +81,8 @@ class Executor:
         self.releasing: dict[tuple[str, int], asyncio.Future] = {}
         #: stream sequence of the last log message applied (``advance`` waits for a given one)
         self.last_seq = 0
+        #: log sequences on the operator's skip list (read at start)
+        self.skipped_seqs: set[int] = set()
         #: the log follower's position, lag and last error (for the health report)
         self.follow_status: dict = {}
         self.seq_changed = asyncio.Condition()
@@ -94,12 +96,23 @@ class Executor:
         self.broker = broker or default_broker(self)
         await self.broker.start()  # its router also answers trace queries (the gateway gathers spans)
         start_seq = await self._from_snapshot()
+        self.skipped_seqs = await self._operator_skips()
         self.tasks.append(asyncio.create_task(follow(
             self.bus, subjects.LOG_STREAM, subjects.log_filter(self.cluster), self._on_batch, self.stop_event,
             start_seq=start_seq, caught_up=self.caught_up, name=f"executor {self.cluster} log follower",
             status=self.follow_status)))
         await self.caught_up.wait()
         return self
+
+    async def _operator_skips(self) -> set[int]:
+        """The log records an operator told placement to skip (KV ``timeshare_operator``, key
+        ``skip.<cluster>``): never applied by placement, so not followed here either."""
+        try:
+            kv = await self.bus.js.key_value(subjects.OPERATOR_BUCKET)
+            entry = await kv.get(f"skip.{self.cluster}")
+            return {int(k) for k in msgspec.json.decode(entry.value)}
+        except Exception:  # no bucket, no key, unreadable: nothing skipped
+            return set()
 
     async def _from_snapshot(self) -> int:
         """Adopt what runs and what may still run from placement's latest snapshot; returns the
@@ -168,12 +181,20 @@ class Executor:
                 continue  # placement never appends what it cannot decode
             finally:
                 self.last_seq = max(self.last_seq, seq)
+            if seq in self.skipped_seqs:
+                # placement skips it too (the operator's decision): one line, no traceback
+                # (issue 22, finding 8: a traceback at every start for a skipped record)
+                log.info("executor %s: log record seq %d (%s) is on the operator's skip list: skipped",
+                         self.cluster, seq, ev.event_type(e))
+                continue
             try:
                 self._apply(e, seq)
                 if isinstance(e, ev.WorkloadStarted) and m.headers and e.workload_id in self.running:
                     self.running[e.workload_id].trace_ctx = extract_context(m.headers)
-            except Exception:  # one event this executor cannot follow must not stop it
-                log.exception("executor: cannot apply %s (log seq %d)", ev.event_type(e), seq)
+            except Exception as exc:  # one event this executor cannot follow must not stop it
+                log.warning("executor %s: cannot apply %s (log seq %d): %s", self.cluster, ev.event_type(e), seq,
+                            describe(exc))
+                log.debug("executor: the failure in full", exc_info=True)
         if live:
             for r in list(self.running.values()):
                 if r.handle is None and not r.procs and not r.stopping:

@@ -12,6 +12,7 @@ import hashlib
 from typing import Annotated, Any, Literal
 
 import msgspec
+import nats
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -31,6 +32,8 @@ from ..common.auth import Caller
 from ..common.supervise import describe, is_transient
 from ..common.ids import new_id, submitted_id, workload_id_for_key
 from . import limits, ui
+from .publish import NotPublished, propose_confirmed
+from .text_guard import TextGuard
 from .limits import check_id
 
 API_VERSION = "v1"
@@ -126,12 +129,15 @@ def create_app(gw) -> FastAPI:
                               "order; manage the allocation tree. Authenticate with `Authorization: Bearer <token>`.",
                   responses=ERROR_RESPONSES)
     cluster = gw.cluster
-    # every body is bounded before it is read (a 10 MB body of unknown fields was accepted)
+    # text that is not UTF-8 (a lone surrogate) is a 400 before the app sees it (issue 22, finding 4)
+    app.add_middleware(TextGuard)
+    # every body is bounded before it is read (a 10 MB body of unknown fields was accepted);
+    # added last: the outer one, so TextGuard reads a bounded body
     app.add_middleware(limits.BodyLimit)
 
     @app.exception_handler(Unavailable)
     async def unavailable(_request: Request, exc: Unavailable):
-        return JSONResponse(status_code=503, content={"detail": str(exc)})
+        return JSONResponse(status_code=503, headers={"Retry-After": "1"}, content={"detail": str(exc)})
 
     async def store_error(_request: Request, exc: Exception):
         # the store kept trying for a few seconds (PostgreSQL restarting): ask the client to
@@ -189,12 +195,64 @@ def create_app(gw) -> FastAPI:
             raise HTTPException(int(out["status"]), out["error"])
         return out
 
+    async def propose_or_503(event, what: str) -> bool:
+        """True: in placement's inbox. False: it may be (answered with the id to ask about).
+        503 only when it is known not to be there (issue 22, finding 2)."""
+        try:
+            return await propose_confirmed(gw.bus, event)
+        except NotPublished as exc:
+            raise Unavailable(f"the {what} was not recorded (NATS: {exc}); nothing was done, send it again") \
+                from None
+
+    def unconfirmed_detail(wid: str) -> str:
+        return (f"the submission was sent but not confirmed (NATS reconnecting): it may be in the log. "
+                f"GET /{API_VERSION}/workloads/{wid} says, or send the same request again (same id or "
+                "Idempotency-Key): it runs at most once")
+
+    IdemKey = Annotated[str | None, Header(
+        description="the same key again (same caller) repeats the first answer and changes nothing more",
+        max_length=limits.MAX_ID_CHARS)]
+
+    def request_id_for(who: Caller, key: str | None) -> str:
+        """The command's id (the budget change's event id): from the caller's Idempotency-Key,
+        so a retry is the same change (deduplicated), else fresh."""
+        if not key:
+            return new_id("budget")
+        return "budget." + hashlib.sha256(f"{who.user}/{key}".encode()).hexdigest()[:32]
+
+    async def command(subject: str, body: dict, timeout: float = 10.0):
+        """A command to the service that owns it: 503 only when it was not sent (off NATS) or
+        nobody listens; no answer in time is 202 "unconfirmed" with the request id (it may have
+        been applied: the budget service applied changes answered 503 under load, finding 2)."""
+        headers: dict = {}
+        telemetry.inject_context(headers)
+        try:
+            msg = await gw.bus.nc.request(subject, msgspec.json.encode(body), timeout=timeout,
+                                          headers=headers or None)
+        except (nats.errors.TimeoutError, TimeoutError):
+            return JSONResponse(status_code=202, content={
+                "state": "unconfirmed", "request_id": body.get("request_id"),
+                "detail": f"sent, but {subject.split('.')[-2]} did not answer in {timeout:g}s: it may be applied. "
+                          f"GET /{API_VERSION}/allocations/history says; send it again with the same "
+                          "Idempotency-Key to be sure (it is applied at most once)"})
+        except Exception as exc:
+            raise Unavailable(f"not sent ({describe(exc)}): nothing was done, send it again") from None
+        out = msgspec.json.decode(msg.data)
+        if isinstance(out, dict) and out.get("error") and out.get("status"):
+            raise HTTPException(int(out["status"]), out["error"])
+        if isinstance(out, dict) and out.get("state") == "unconfirmed":
+            return JSONResponse(status_code=202, content=out)
+        return out
+
     @app.get("/healthz", tags=["operations"],
              responses={503: {"description": "not ok: the report names the service or projection at fault",
                               "content": {"application/json": {"schema": {"type": "object"}}}}})
-    async def healthz(response: Response) -> dict:
+    async def healthz(response: Response,
+                      authorization: Annotated[str | None, Header(description="Bearer <token>: the whole report")] = None) -> dict:
         """Every service's report: each consumer's applied sequence, lag and last error; 503 when
-        a service does not answer, is off NATS, or has a projection stuck."""
+        a service does not answer, is off NATS, or has a projection stuck. Without a valid bearer
+        token only ``ok`` (and the status code): the report names consumers, errors and the
+        leader (issue 22, finding 6)."""
         own = health_reports.projector_report("gateway", [gw.projector], gw.bus)
         others = await health_reports.gather(gw.bus, cluster)
         missing = sorted(n for n, r in others.items() if r is None)
@@ -202,6 +260,9 @@ def create_app(gw) -> FastAPI:
                                        for n, r in others.items()}}
         ok = all(r["ok"] for r in services.values())
         response.status_code = 200 if ok else 503
+        token = authorization.split(None, 1)[1].strip() if authorization and " " in authorization.strip() else ""
+        if not (authorization or "").lower().startswith("bearer ") or gw.tokens.lookup(token) is None:
+            return {"ok": ok, "detail": "the full report needs a bearer token"}
         return {"ok": ok, "cluster": cluster, "projection_seq": gw.projector.applied_seq, "missing": missing,
                 "services": services}
 
@@ -247,6 +308,12 @@ def create_app(gw) -> FastAPI:
         replayed = False
         if idempotency_key:
             body_hash = hashlib.sha256(msgspec.json.encode(req)).hexdigest()
+            if req.id and await gw.store.get("workload", wid) is not None:
+                # an id in use is a 409 with a key as without one, unless this key made it
+                # (issue 22, finding 3: it answered 202 and the work never ran)
+                mine = await gw.store.get("idem", f"{who.user}/{idempotency_key}")
+                if mine is None or mine["workload_id"] != wid:
+                    raise HTTPException(409, f"id: workload {wid!r} already exists")
             prior = await gw.store.put_if_absent("idem", f"{who.user}/{idempotency_key}",
                                                  {"workload_id": wid, "hash": body_hash, "at_ms": now_ms})
             if prior is not None:
@@ -263,12 +330,12 @@ def create_app(gw) -> FastAPI:
         elif req.id and await gw.store.get("workload", wid) is not None:  # a fresh random id is new
             raise HTTPException(409, f"id: workload {wid!r} already exists")
         event = ev.WorkloadSubmitted(event_id=submitted_id(wid), at_ms=now_ms, cluster=cluster, workload=spec)
-        try:
-            await gw.bus.propose(event)
-        except Exception as exc:
-            raise Unavailable(f"could not publish the submission: {exc}") from None
-        return Response(msgspec.json.encode({"workload_id": wid, "cluster": cluster, "state": "submitted",
-                                             "replayed": replayed}), status_code=202, media_type="application/json")
+        confirmed = await propose_or_503(event, "submission")
+        body = {"workload_id": wid, "cluster": cluster, "state": "submitted" if confirmed else "unconfirmed",
+                "replayed": replayed}
+        if not confirmed:
+            body["detail"] = unconfirmed_detail(wid)
+        return Response(msgspec.json.encode(body), status_code=202, media_type="application/json")
 
     @app.get(f"/{API_VERSION}/workloads/{{workload_id}}", tags=["workloads"])
     async def get_workload(workload_id: str, who: Auth) -> dict:
@@ -331,8 +398,8 @@ def create_app(gw) -> FastAPI:
             raise HTTPException(409, f"{workload_id} already ended ({doc['state']})")
         event = ev.WorkloadCancelled(event_id=f"cancel.{workload_id}", at_ms=gw.clock.now_ms(), cluster=cluster,
                                      workload_id=workload_id, by=who.user)
-        await gw.bus.propose(event)
-        return CancelResponse(workload_id=workload_id, state="cancelling")
+        confirmed = await propose_or_503(event, "cancellation")
+        return CancelResponse(workload_id=workload_id, state="cancelling" if confirmed else "unconfirmed")
 
     @app.get(f"/{API_VERSION}/queue", tags=["scheduling"])
     async def queue(who: Auth, gpu_type: Annotated[str | None, Query(max_length=limits.MAX_LABEL_CHARS)] = None,
@@ -347,7 +414,7 @@ def create_app(gw) -> FastAPI:
         return await ask(subjects.query_subject(cluster, "tree"))
 
     @app.put(f"/{API_VERSION}/allocations", tags=["budgets"])
-    async def change_allocations(req: BudgetChangeRequest, who: Auth) -> dict:
+    async def change_allocations(req: BudgetChangeRequest, who: Auth, idempotency_key: IdemKey = None) -> dict:
         """Change shares. Managers change the children of nodes they manage; admins anything.
         A new node's name is lower case letters, digits, '.', '_' or '-'; a leaf holding work
         cannot become a parent (its work would leave the queue); shares are finite, 0..MAX_SHARE."""
@@ -355,18 +422,18 @@ def create_app(gw) -> FastAPI:
         for path, share in req.shares.items():
             limits.check_text("shares (a path)", path, MAX_PATH_CHARS)
             limits.check_finite(f"shares.{path}", share)
-        return await ask(subjects.cmd_subject(cluster, "budget.set"),
-                         {"caller": who.to_dict(), "shares": req.shares, "reason": req.reason,
-                          "request_id": new_id("budget")}, timeout=10)
+        return await command(subjects.cmd_subject(cluster, "budget.set"),
+                             {"caller": who.to_dict(), "shares": req.shares, "reason": req.reason,
+                              "request_id": request_id_for(who, idempotency_key)}, timeout=10)
 
     @app.post(f"/{API_VERSION}/allocations/remove", tags=["budgets"])
-    async def remove_allocation(req: BudgetRemoveRequest, who: Auth) -> dict:
+    async def remove_allocation(req: BudgetRemoveRequest, who: Auth, idempotency_key: IdemKey = None) -> dict:
         """Retire a node (and its subtree) that holds no pending or running work. Its manager's
         manager (whoever may change its share) or an admin."""
         limits.check_text("reason", req.reason)
-        return await ask(subjects.cmd_subject(cluster, "budget.remove"),
-                         {"caller": who.to_dict(), "path": req.path, "reason": req.reason,
-                          "request_id": new_id("budget")}, timeout=10)
+        return await command(subjects.cmd_subject(cluster, "budget.remove"),
+                             {"caller": who.to_dict(), "path": req.path, "reason": req.reason,
+                              "request_id": request_id_for(who, idempotency_key)}, timeout=10)
 
     @app.get(f"/{API_VERSION}/allocations/history", tags=["budgets"])
     async def allocation_history(who: Auth) -> dict:
@@ -411,7 +478,10 @@ def create_app(gw) -> FastAPI:
             raise HTTPException(403, "heartbeats need an admin or health-agent token")
         if node not in gw.cluster_model.nodes_by_name:
             raise HTTPException(404, f"unknown node {node!r}")
-        await gw.bus.nc.publish(subjects.heartbeat_subject(cluster), msgspec.json.encode({"node": node}))
+        try:
+            await gw.bus.nc.publish(subjects.heartbeat_subject(cluster), msgspec.json.encode({"node": node}))
+        except Exception as exc:  # off NATS: nothing is buffered (gateway/publish.py)
+            raise Unavailable(f"heartbeat not sent: {describe(exc)}") from None
         return {"node": node}
 
     @app.post(f"/{API_VERSION}/nodes/{{node}}/health", tags=["nodes"])

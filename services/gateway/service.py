@@ -14,6 +14,7 @@ from ..common.projector import Projector
 from ..common.settings import Settings
 from ..common.store import make_store
 from ..common.telemetry import setup_metrics, setup_telemetry
+from . import slow_clients
 from .app import create_app
 from .projection import Projection
 
@@ -47,7 +48,8 @@ class Gateway:
 
     async def start(self, serve_http: bool = True) -> "Gateway":
         if self.bus is None:
-            self.bus = await Bus.connect(self.settings, self.cluster, name="gateway")
+            # nothing buffered across a disconnect: a 503 means "not done" (gateway/publish.py)
+            self.bus = await Bus.connect(self.settings, self.cluster, name="gateway", buffer_while_disconnected=False)
         await self.bus.ensure_infra()
         await self.store.open()
         self.projection = Projection(f"gateway-{self.cluster}", self.config.tree())
@@ -58,6 +60,8 @@ class Gateway:
         if serve_http:
             cfg = uvicorn.Config(self.app, host=self.settings.http_host, port=self.settings.http_port,
                                  log_level="warning", access_log=False, lifespan="off",
+                                 # a request's headers and body arrive within this (slow sockets)
+                                 http=slow_clients.protocol(self.settings.http_read_timeout_s),
                                  ssl_certfile=self.settings.http_tls_cert or None,
                                  ssl_keyfile=self.settings.http_tls_key or None)
             self.server = uvicorn.Server(cfg)

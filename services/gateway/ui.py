@@ -136,8 +136,14 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
         (``TIMESHARE_OTEL=memory``, the devstack's default, or ``otlp``): this process's, and
         every other service process's gathered over NATS. In a trace viewer, search the tag
         ``timeshare.workload_id``."""
-        if await gw.store.get("workload", workload_id) is None:
+        doc = await gw.store.get("workload", workload_id)
+        if doc is None:
             raise HTTPException(404, f"unknown workload {workload_id!r}")
+        # its spans name the user, the project and the SQL of the services: the same rule as
+        # the workload itself (issue 22, finding 5: every token read every trace)
+        if not who.may_see(doc):
+            raise HTTPException(403, f"{who.user} may see the trace only of their own workloads or those of "
+                                     "subtrees they manage")
         # this process's spans and those every other process of the cluster keeps (placement and
         # the executor deployed apart), gathered over NATS for a moment
         out = await telemetry.gather_trace(gw.bus, gw.cluster, workload_id)

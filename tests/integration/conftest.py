@@ -157,7 +157,18 @@ def cluster_name():
 
 
 @pytest.fixture
-def make_settings(nats_server, database_url, cluster_name):
+async def operator_setup(nats_server, cluster_name):
+    """The operator's step for this test's cluster (``python -m services.admin setup``): the
+    streams, durables and buckets services only bind to (their NATS users may not create them)."""
+    from services.admin.setup import setup
+    from services.common.settings import Settings
+
+    await setup(Settings(nats_url=nats_server.url, nats_credentials=nats_server.credentials_file,
+                         cluster_file=str(DATA / "small.toml"), cluster=cluster_name), [cluster_name])
+
+
+@pytest.fixture
+def make_settings(nats_server, database_url, cluster_name, operator_setup):
     import json
 
     from services.common.settings import Settings

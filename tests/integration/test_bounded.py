@@ -54,8 +54,9 @@ async def test_placement_forgets_the_ids_of_ended_workloads_and_still_refuses_th
                          headers={"Nats-Msg-Id": "b0-again"})
 
     async def refused():
-        dead: list = []
-        await bus.replay(subjects.DLQ_STREAM, subjects.dlq_subject(f"placement-{cluster}"), dead.append)
+        from .test_poison import dead_letters
+
+        dead = await dead_letters(bus, f"placement-{cluster}")  # read as the operator
         return [m for m in dead if "b0" in m.headers["Timeshare-Reason"] and "already exists" in m.headers["Timeshare-Reason"]]
 
     await wait_for(refused, 15, what="the repeat to be dead-lettered")

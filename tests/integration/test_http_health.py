@@ -35,6 +35,9 @@ async def test_budget_and_placement_serve_healthz_over_http(make_settings):
     log = tempfile.mktemp(prefix="timeshare-http-health-", suffix=".log")
     try:
         ports = {}
+        from services.admin.setup import setup
+
+        await setup(make_settings(), [make_settings().cluster])  # the operator's step: services only bind
         for name in ("placement", "budget"):
             ports[name] = free_port()
             procs.append(spawn_service(name, make_settings(health_port=ports[name]), log))

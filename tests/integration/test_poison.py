@@ -25,8 +25,16 @@ def submission(cluster: str, wid: str, **spec) -> ev.WorkloadSubmitted:
 
 
 async def dead_letters(bus, consumer: str) -> list:
+    """The dead letters of ``consumer``, read as the operator (whose stream the DLQ is to read:
+    a service's NATS user only writes there)."""
+    from services.common.bus import Bus
+
     out: list = []
-    await bus.replay(subjects.DLQ_STREAM, subjects.dlq_subject(consumer), out.append)
+    reader = await Bus.connect(bus.settings, bus.cluster, name="test-dlq-reader")
+    try:
+        await reader.replay(subjects.DLQ_STREAM, subjects.dlq_subject(consumer), out.append)
+    finally:
+        await reader.close()
     return out
 
 

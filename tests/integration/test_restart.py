@@ -159,8 +159,9 @@ async def test_duplicate_submission_and_redelivered_events_change_nothing(stack)
         assert r.status_code == 202, r.text
     events = await wait_events(bus, cluster, lambda es: len(of_type(es, ev.WorkloadStarted)) == 2)
     assert len(of_type(events, ev.WorkloadSubmitted)) == 2
-    dead = []
-    await bus.replay(subjects.DLQ_STREAM, subjects.dlq_subject(f"placement-{cluster}"), dead.append)
+    from .test_poison import dead_letters
+
+    dead = await dead_letters(bus, f"placement-{cluster}")  # read as the operator
     reasons = [m.headers["Timeshare-Reason"] for m in dead]
     assert any("already exists" in r for r in reasons) and any("undecodable" in r for r in reasons)
     # redeliver the whole log to the gateway's, budget's and ledger's projections: nothing changes

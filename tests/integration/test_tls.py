@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -138,4 +139,62 @@ async def test_a_nats_server_that_verifies_clients_admits_only_a_certificate_it_
         assert "didn't provide a certificate" in Path(server.log_path).read_text(), errors
     finally:
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def test_services_reach_postgresql_over_tls_and_a_plain_connection_is_refused(make_settings):
+    """PostgreSQL over TLS like NATS (issue 22): the server requires TLS of TCP clients
+    (``hostnossl ... reject``); the services' TIMESHARE_DATABASE_URL says
+    ``sslmode=verify-full&sslrootcert=<CA>``; a plain connection, or one that does not trust the
+    CA, is refused."""
+    import asyncpg
+
+    from services.devstack.servers import PostgresServer
+
+    work = Path(tempfile.mkdtemp(prefix="timeshare-pgtls-"))
+    os.chmod(work, 0o755)  # the postgres user reads the certificate copies from its data dir
+    certs = _certs(work)
+    pg = PostgresServer(tls_cert=certs["cert"], tls_key=certs["key"], tls_ca=certs["ca"]).start()
+    try:
+        admin = await asyncpg.connect(pg.dsn + pg.dsn_query)
+        await admin.execute("CREATE DATABASE tlsdb")
+        await admin.close()
+        url = pg.dsn.rsplit("/", 1)[0] + "/tlsdb" + pg.dsn_query
+        stack = await Stack(make_settings(database_url=url)).start()
+        try:
+            async with httpx.AsyncClient(base_url=stack["gateway"].url,
+                                         headers={"Authorization": "Bearer tok-carol"}) as http:
+                r = await http.post("/v1/workloads", json={"id": "over-tls", "project": "alpha/train",
+                                                           "gpu_type": "H100", "gpus": 1, "work_s": 1})
+                assert r.status_code == 202, r.text
+
+                async def stored():
+                    return (await http.get("/v1/workloads/over-tls")).status_code == 200
+
+                deadline = asyncio.get_running_loop().time() + 15
+                while not await stored():
+                    assert asyncio.get_running_loop().time() < deadline, "the workload never reached the store"
+                    await asyncio.sleep(0.1)
+            # every connection of the services' pools is encrypted
+            conn = await asyncpg.connect(url)
+            try:
+                rows = await conn.fetch("SELECT ssl FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) "
+                                        "WHERE datname = 'tlsdb' AND backend_type = 'client backend'")
+                assert len(rows) >= 2 and all(r["ssl"] for r in rows), rows
+            finally:
+                await conn.close()
+        finally:
+            await stack.stop()
+        # plain text: refused by the server
+        with pytest.raises(asyncpg.exceptions.InvalidAuthorizationSpecificationError, match="no encryption"):
+            await asyncpg.connect(pg.dsn.rsplit("/", 1)[0] + "/tlsdb?sslmode=disable")
+        # TLS trusting another CA: refused by the client
+        other = work / "other"
+        other.mkdir()
+        other_ca = _certs(other)["ca"]
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await asyncpg.connect(pg.dsn.rsplit("/", 1)[0] + f"/tlsdb?sslmode=verify-full&sslrootcert={other_ca}")
+    finally:
+        pg.stop()
+        shutil.rmtree(pg.data_dir, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
