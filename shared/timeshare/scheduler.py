@@ -102,9 +102,12 @@ class BudgetPolicy:
             for _ in range(_MAX_PASSES_PER_INSTANT):
                 if not state.pending_by_pool[gpu_type]:
                     break
+                state.pass_again = False
                 made = _schedule_pool(state, pool, now_s, cached, self.explain_rejected)
                 out += made
-                if not any(isinstance(e, ev.WorkloadPreempted) for e in made):
+                # (and one that gave allocated work beyond a due share GPUs while a request
+                # within its due share found no victim: the fills moved, it may find one now)
+                if not state.pass_again and not any(isinstance(e, ev.WorkloadPreempted) for e in made):
                     break
                 state.pass_seq.pop(gpu_type, None)  # the pass that follows is a full one
         state.tree_changed = False
@@ -185,7 +188,8 @@ class _Pass:
     """One pass over one pool: what every phase reads, and the rules' helpers bound to it."""
 
     __slots__ = ("state", "pool", "now_s", "now_ms", "cached", "queues", "view", "out", "statement", "fair",
-                 "hysteresis", "reservation", "active", "headroom_gpus", "explain_rejected", "held_back")
+                 "hysteresis", "reservation", "active", "headroom_gpus", "explain_rejected", "held_back",
+                 "unserved_within", "grew_beyond")
 
     def __init__(self, state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool,
                  queues: dict[tuple[str, str, str], LeafQueue], explain_rejected: bool = False):
@@ -197,6 +201,10 @@ class _Pass:
         self.queues = queues
         #: whether rule "no cascade" held a preemption back in this pass
         self.held_back = False
+        #: a request within its due share found neither free GPUs nor victims (phase 3), and
+        #: allocated work beyond a due share started (phase 4): then another pass follows
+        self.unserved_within = False
+        self.grew_beyond = False
         #: whether each preemption's reason lists the candidates it did not take (rejected.py)
         self.explain_rejected = explain_rejected
         config = state.config
@@ -271,6 +279,8 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     _phase3_within_due_shares(p)
     _phase4_everything_else(p)
     state.pass_seq[pool.gpu_type] = pool.change_seq
+    if p.unserved_within and p.grew_beyond:
+        state.pass_again = True
     if p.held_back:
         # rule "no cascade" held a preemption back: a full pass looks again a little later
         state.pass_seq.pop(pool.gpu_type, None)
@@ -367,6 +377,7 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
                     and memo.key == (tuple(p.victims_for(leaf, min_gpus).items())
                                      if state.lost_at_ms.get(leaf) != p.now_ms else (), None, None, -1):
+                p.unserved_within = True
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         p.activate(leaf, 1)
@@ -421,6 +432,7 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             # a larger request of this leaf fails too, unless this one failed only for being
             # kept off the reserved nodes (the gang is not) or for a cap (which depends on the
             # order of costs)
+            p.unserved_within = True
             if not exclude and not capped:
                 turn.preempt_fail = gpus
             if exclude and not capped:
@@ -528,6 +540,7 @@ def _phase4_everything_else(p: _Pass) -> None:
         nodes = pool.find_free(gpus, exclude) if gpus <= spare else None
         if nodes is not None:
             statement.start(w, nodes)
+            p.grew_beyond = p.grew_beyond or allocated
             leaf = None
             continue
         failed_key = (leaf, w.queue_class)
