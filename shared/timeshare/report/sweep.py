@@ -146,3 +146,37 @@ def write_csv(path: Path, grid: dict[str, list[str]], results: list[SweepResult]
             values = ["" if r.metrics.get(c) is None else r.metrics[c] for c in METRIC_COLUMNS]
             w.writerow([r.point.policy, *(r.point.settings[k] for k in grid), *values, r.error])
     return Path(path)
+
+
+#: the columns ``timeshare sweep`` prints (sweep.csv has them all): header, key, format
+TABLE_COLUMNS = (("occupancy", "occupancy", "{:.3f}"), ("attain", "attainment_fleet", "{:.3f}"),
+                 ("min team", "attainment_min_team", "{:.3f}"), ("p90 wait h", "p90_wait_s", "{:.1f}"),
+                 ("preempt", "preemptions", "{:.0f}"), ("wasted GPU-h", "wasted_gpu_hours", "{:.0f}"))
+
+
+def render_table(grid: dict[str, list[str]], results: list[SweepResult]) -> str:
+    """The headline metrics of every point as a fixed-width text table, one line per point."""
+    header = ["policy", *grid, *(h for h, _, _ in TABLE_COLUMNS)]
+    rows = []
+    for r in results:
+        cells = [r.point.policy, *(r.point.settings[k] for k in grid)]
+        if r.error:
+            cells.append(f"error: {r.error.splitlines()[0][:80]}")
+        else:
+            for _, key, fmt in TABLE_COLUMNS:
+                value = r.metrics.get(key)
+                if value is None:
+                    cells.append("-")
+                else:
+                    cells.append(fmt.format(value / 3600 if key.endswith("_s") else value))
+        rows.append(cells)
+    n = len(header)
+    widths = [max(len(str(row[i])) for row in [header, *rows] if i < len(row)) for i in range(n)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(c).rjust(widths[i]) if i >= 1 + len(grid) else str(c).ljust(widths[i])
+                 for i, c in enumerate(row[:n])]
+        if len(row) > n:  # an error message spans the metric columns
+            cells.append(row[n])
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
