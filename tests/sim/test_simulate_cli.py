@@ -150,3 +150,16 @@ def test_a_set_without_a_key_and_equals_is_a_usage_error(scenario, capsys, setti
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and repr(setting) in err[0]
+
+
+def test_the_report_drawn_while_simulating_is_the_one_timeshare_report_draws(tmp_path, scenario, capsys):
+    import re
+
+    out = tmp_path / "out"
+    assert main(["simulate", str(scenario), "--out", str(out), "--no-progress"]) == 0
+    early = (out / "report.html").read_text()
+    assert main(["report", str(scenario), str(out)]) == 0
+    again = (out / "report.html").read_text()
+    strip = re.compile(r"rendered in [0-9.]+ s")
+    assert '<img src="data:image/png;base64,' in early
+    assert strip.sub("", early) == strip.sub("", again)

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from .. import events as ev
 from ..durations import format_duration_s
@@ -54,9 +55,11 @@ def core_kind() -> str:
 
 
 def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, overrides: dict[str, str],
-             show_progress: bool = True, report: bool = True, scenario=None) -> dict[str, dict]:
+             show_progress: bool = True, report: bool = True, scenario=None,
+             on_done: Callable[[str, object], None] | None = None) -> dict[str, dict]:
     """Run ``policies`` and write their results under ``out_dir``; report.html too when
-    ``report`` (the command renders it itself, after printing the summary)."""
+    ``report`` (the command renders it itself, after printing the summary). ``on_done(policy,
+    result)`` is called as each run ends, its events.jsonl closed."""
     if scenario is None:
         scenario = load_scenario(scenario_path, overrides)
     results = {}
@@ -94,6 +97,8 @@ def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, over
         results[name] = result
         if out_dir is not None:
             (out_dir / name / "metrics.json").write_text(json.dumps(result.metrics, indent=2) + "\n")
+        if on_done is not None:
+            on_done(name, result)
     metrics = {name: r.metrics for name, r in results.items()}
     if out_dir is not None:
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
@@ -117,13 +122,25 @@ def simulate_command(args) -> int:
     policies = sorted(policies, key=lambda p: (_ORDER.index(p) if p in _ORDER else len(_ORDER), p))
     out_dir = Path(args.out) if args.out else None
     t0 = time.perf_counter()
+    early = None
     try:
         scenario = load_scenario(args.scenario, parse_overrides(args.set))
         print(f"simulating {scenario.name} ({format_duration_s(scenario.duration_s)}, {len(scenario.workloads)} "
               f"workloads; {', '.join(policies)}) with the {core_kind()} core", file=sys.stderr, flush=True)
+        if out_dir is not None and not args.no_report:
+            try:
+                from ..report.html import EarlyReport
+            except ImportError:
+                pass
+            else:
+                # each policy's part of report.html is drawn in a worker process while the next
+                # policy simulates
+                early = EarlyReport(out_dir, scenario)
         metrics = simulate(args.scenario, policies, out_dir, {}, show_progress=not args.no_progress,
-                           report=False, scenario=scenario)
+                           report=False, scenario=scenario, on_done=early.add if early is not None else None)
     except (InputError, OSError) as exc:
+        if early is not None:
+            early.cancel()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(render_summary(scenario.name, metrics), flush=True)
@@ -135,7 +152,7 @@ def simulate_command(args) -> int:
         print(f"\nrendering {out_dir / 'report.html'} (the summary above is final)...", file=sys.stderr, flush=True)
         t1 = time.perf_counter()
         try:
-            path = render_report(out_dir, scenario, metrics)
+            path = early.finish(metrics) if early is not None else render_report(out_dir, scenario, metrics)
         except (ValueError, OSError) as exc:
             print(f"error: report.html: {exc}", file=sys.stderr)
             path = None
