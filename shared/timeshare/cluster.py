@@ -88,8 +88,11 @@ class Pool:
         self._stamp: list[int] = [0] * spec.nodes
         self.cordoned = 0  # nodes in NODE_CORDONED: a pass looks for drains only when some are
         self._limits_seq = -1  # change_seq when _fit_limit and _open_limit were computed
-        # open_nodes answers by (at_least, exclude) while change_seq is _open_seq: victim
-        # searches of one pass ask the same question for many leaves between two changes
+        # open_nodes answers by (at_least, exclude) while the open sets are as they were
+        # (_open_version is _open_seq): victim searches ask the same question for many leaves,
+        # and starts and stops (most changes) move free GPUs, not the open sets; rebuilding
+        # the answer on every change cost a walk of the whole pool each time
+        self._open_version = 0
         self._open_seq = -1
         self._open_cache: dict[tuple[int, frozenset[int]], list[Node]] = {}
         self._fit_limit = self._open_limit = 0
@@ -154,6 +157,7 @@ class Pool:
 
     def set_state(self, node: Node, state: str) -> None:
         self.touch(node)
+        self._open_version += 1
         if node.state == NODE_HEALTHY and state != NODE_HEALTHY:
             self.buckets[node.free].discard(node.index)
             self.open[node.gpus - node.blocked].discard(node.index)
@@ -168,7 +172,8 @@ class Pool:
     def block(self, node: Node, delta_gpus: int) -> None:
         """Protected work on ``node`` grew (or shrank, if negative) by ``delta_gpus``."""
         self.touch(node)
-        if node.state == NODE_HEALTHY:
+        if node.state == NODE_HEALTHY and delta_gpus:
+            self._open_version += 1
             self.open[node.gpus - node.blocked].discard(node.index)
             self.open[node.gpus - node.blocked - delta_gpus].add(node.index)
         node.blocked += delta_gpus
@@ -182,9 +187,9 @@ class Pool:
     def open_nodes(self, at_least: int, exclude: frozenset[int] = frozenset()) -> list[Node]:
         """Schedulable nodes where a preemption could free ``at_least`` GPUs, by index (a list
         shared by callers until a node changes: read it, do not change it)."""
-        if self._open_seq != self.change_seq:
+        if self._open_seq != self._open_version:
             self._open_cache.clear()
-            self._open_seq = self.change_seq
+            self._open_seq = self._open_version
         key = (at_least, exclude)
         cached = self._open_cache.get(key)
         if cached is not None:
@@ -195,6 +200,8 @@ class Pool:
         if exclude:
             idx = [i for i in idx if i not in exclude]
         idx.sort()
+        if len(self._open_cache) >= 64:  # many reservations' exclusions between two changes
+            self._open_cache.clear()
         out = self._open_cache[key] = [self.nodes[i] for i in idx]
         return out
 
