@@ -430,7 +430,7 @@ class SchedulerState:
         w.allocated = e.allocated
         if not w.allocated:
             for node, ids in placement:
-                node.unallocated += len(ids)
+                node.pool.add_unallocated(node, len(ids))
         w.non_preemptible = e.non_preemptible
         if w.non_preemptible:
             n = self.nonpreemptible_gpus[w.gpu_type]
@@ -465,7 +465,7 @@ class SchedulerState:
             self._block(w, -1)
         for node, ids in w.placement:
             if not w.allocated:
-                node.unallocated -= len(ids)
+                pool.add_unallocated(node, -len(ids))
             pool.release(node, ids, w.id)
         w.placement = []
         if w.non_preemptible:

@@ -257,6 +257,14 @@ class AllocationTree:
         self.split_index = SplitIndex(self)
         self.split_group_index = SplitGroupIndex(self)
 
+    def __getstate__(self) -> dict:
+        # the nodes say everything; the indices are rebuilt on load (O(nodes)), so a snapshot
+        # holds no per-leaf tables, and one taken by older code loads into this class too
+        return {"nodes": self.nodes}
+
+    def __setstate__(self, state: dict) -> None:
+        AllocationTree.__init__(self, state["nodes"])
+
     def _share_structure(self, like: "AllocationTree") -> None:
         nodes = self.nodes
         self.roots = like.roots

@@ -183,3 +183,16 @@ def test_a_share_change_without_new_nodes_keeps_the_structure_and_recomputes_fra
     assert tree.fraction("tulu") == pytest.approx(0.35)
     with pytest.raises(TreeError):
         tree.with_shares({"tulu": -1})
+
+
+def test_a_pickled_tree_holds_its_nodes_only_and_loads_with_every_index():
+    import pickle
+
+    tree = AllocationTree.from_shares(AI2_LIKE)
+    data = pickle.dumps(tree)
+    loaded = pickle.loads(data)
+    assert loaded.shares() == tree.shares()
+    for leaf in tree.leaves:
+        assert loaded.split_index[leaf] == tree.split_index[leaf]
+        assert loaded.fraction(leaf) == tree.fraction(leaf)
+    assert b"split" not in data
