@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
     p.add_argument("--policy", default="budget",
                    help=f"policy or comma-separated policies ({', '.join(POLICIES)}, or all; default budget)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                   help="run the points on this Dask cluster instead of local processes (pip install "
+                        "'timeshare[dask]'; the workers need timeshare installed, not the scenario file)")
     p.add_argument("--out", default=None, help="directory for sweep.csv and sweep.html (default: out/sweep-<scenario>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=sweep_command)
@@ -70,7 +73,12 @@ def sweep_command(args) -> int:
     out = Path(args.out or Path("out") / f"sweep-{Path(args.scenario).stem}")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    results = run_sweep(args.scenario, grid, policies, args.jobs, show_progress=not args.no_progress)
+    try:
+        results = run_sweep(args.scenario, grid, policies, args.jobs, show_progress=not args.no_progress,
+                            scheduler=args.scheduler)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     csv_path = write_csv(out / "sweep.csv", grid, results)
     html_path = write_sweep_html(out / "sweep.html", args.scenario, grid, results)
     errors = [r for r in results if r.error]

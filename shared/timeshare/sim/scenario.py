@@ -88,10 +88,13 @@ class _Reader:
             raise self.error(f"{where}{key}", str(exc), key) from None
 
 
-def load_scenario(path: str | Path, overrides: dict[str, str] | None = None) -> Scenario:
-    """Read and validate a scenario file; ``overrides`` set dotted keys (``policy.lookback_window``)."""
+def load_scenario(path: str | Path, overrides: dict[str, str] | None = None, text: str | None = None) -> Scenario:
+    """Read and validate a scenario file; ``overrides`` set dotted keys (``policy.lookback_window``).
+    ``text``: the file's contents when the caller has them (``path`` then names it in errors
+    and places a trace)."""
     path = Path(path)
-    text = path.read_text()
+    if text is None:
+        text = path.read_text()
     reader = _Reader(str(path), text)
     try:
         data = tomllib.loads(text)
