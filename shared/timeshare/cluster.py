@@ -183,9 +183,20 @@ class Pool:
     def reachable_nodes(self, at_least: int, exclude: frozenset[int] = frozenset(), free_limit: int = -1) -> list[Node]:
         """``open_nodes(at_least, exclude)`` where free GPUs (at most ``free_limit`` of them, -1:
         all) and GPUs of unallocated work make ``at_least``, by index: the nodes a request that
-        may take only unallocated work could use."""
-        idx: list[int] = []
+        may take only unallocated work could use. Reads the nodes ``reach`` names when they are
+        fewer than the open ones (a full pool), else filters the open nodes."""
+        candidates = 0
+        for r in range(at_least, self.gpus_per_node + 1):
+            candidates += len(self.reach[r])
         nodes = self.nodes
+        if 2 * candidates >= len(nodes):
+            out: list[Node] = []
+            for n in self.open_nodes(at_least, exclude):
+                free = n.free if free_limit < 0 or n.free <= free_limit else free_limit
+                if free + n.unallocated >= at_least:
+                    out.append(n)
+            return out
+        idx: list[int] = []
         for r in range(at_least, self.gpus_per_node + 1):
             for i in self.reach[r]:
                 n = nodes[i]
