@@ -8,6 +8,7 @@ dicts that ``timeshare simulate`` also writes to ``metrics.json``.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -107,7 +108,9 @@ class EarlyReport:
         self.scenario = scenario
         self.end_s = float(scenario.duration_s)
         self.ctx = report_context(self.out_dir, scenario, self.end_s)
-        self.pool = ProcessPoolExecutor(max_workers=max(1, jobs))
+        # spawned, not forked: a fork of the simulating process would share its pages copy-on-write,
+        # and the simulation, which touches every object it holds, would pay for copying them
+        self.pool = ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=multiprocessing.get_context("spawn"))
         self.futures: dict[str, object] = {}
 
     def add(self, policy: str, result) -> None:
