@@ -6,7 +6,7 @@ PYTHON ?= python3
 # what `make setup` says last (only when asked for by name: `make run` and `make test` set up first)
 NEXT = ready: make run starts the live stack and make test runs the tests; README.md walks through the first ten minutes
 
-.PHONY: setup run simulate test test-fast bench compiled bench-live bench-report bench-ledger-report bench-failover chaos schemas screenshots clean
+.PHONY: setup run simulate test test-fast bench bench-scale compiled bench-live bench-report bench-ledger-report bench-failover chaos schemas screenshots clean
 
 # also builds the compiled core (mypyc) that `timeshare simulate` uses when it exists; without a
 # C compiler it says so and everything runs in pure Python
@@ -39,6 +39,12 @@ test-fast: setup
 # pure Python and the compiled core (built first if missing), side by side; prints, never asserts
 bench: setup
 	$(PY) benchmarks/bench_sim.py
+
+# how the core's cost grows with the tree (1k, 10k leaves) and the pool (1,024 vs 16,384 GPUs),
+# in "loops" (a 10M-iteration Python loop in the same process); prints, never asserts.
+# SCALE_ARGS="--days 3d" for the issue's 3-day measurement
+bench-scale: setup
+	$(PY) benchmarks/bench_scale.py $(SCALE_ARGS)
 
 # the scheduling core compiled with mypyc into .build/mypyc/<hash>/ (docs/records/2026-11-measurements.md, "Speed: the compiled core")
 compiled: setup

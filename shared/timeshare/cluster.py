@@ -38,7 +38,8 @@ class PlacementError(ValueError):
 
 
 class Node:
-    __slots__ = ("name", "index", "rack", "gpus", "slots", "free", "state", "pool", "holders", "blocked", "unallocated")
+    __slots__ = ("name", "index", "rack", "gpus", "slots", "free", "state", "pool", "holders", "blocked", "unallocated",
+                 "reach")
 
     def __init__(self, pool: "Pool", index: int, rack: int, gpus: int):
         self.pool = pool
@@ -51,9 +52,12 @@ class Node:
         self.state = NODE_HEALTHY
         self.holders: dict[str, int] = {}  # workload id -> GPUs it holds here
         self.blocked = 0  # GPUs held by work no request may preempt now (protected)
-        #: GPUs held by unallocated work (kept by SchedulerState): a request that may preempt
-        #: only unallocated work can use this node only if free + unallocated suffices
+        #: GPUs held by unallocated work (kept by SchedulerState through Pool.add_unallocated):
+        #: a request that may preempt only unallocated work can use this node only if free +
+        #: unallocated suffices
         self.unallocated = 0
+        #: free + unallocated, the key of the node in Pool.reach
+        self.reach = gpus
 
     def workload_ids(self) -> list[str]:
         return sorted(self.holders)
@@ -88,11 +92,31 @@ class Pool:
         self._stamp: list[int] = [0] * spec.nodes
         self.cordoned = 0  # nodes in NODE_CORDONED: a pass looks for drains only when some are
         self._limits_seq = -1  # change_seq when _fit_limit and _open_limit were computed
-        # open_nodes answers by (at_least, exclude) while change_seq is _open_seq: victim
-        # searches of one pass ask the same question for many leaves between two changes
+        # open_nodes answers by (at_least, exclude) while the open sets are as they were
+        # (_open_version is _open_seq): victim searches ask the same question for many leaves,
+        # and starts and stops (most changes) move free GPUs, not the open sets; rebuilding
+        # the answer on every change cost a walk of the whole pool each time
+        self._open_version = 0
         self._open_seq = -1
         self._open_cache: dict[tuple[int, frozenset[int]], list[Node]] = {}
         self._fit_limit = self._open_limit = 0
+        # reach[r] = indices of nodes (in any state) with free + unallocated == r: a request that
+        # may take only unallocated work reads the nodes that could serve it instead of the pool
+        self.reach: list[set[int]] = [set() for _ in range(spec.gpus_per_node + 1)]
+        self.reach[spec.gpus_per_node].update(range(spec.nodes))
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle, also a snapshot taken before an index existed (the live placement loads
+        its snapshot into the code that runs now): what is missing is rebuilt from the nodes."""
+        self.__dict__.update(state)
+        if "reach" not in state:
+            self.reach = [set() for _ in range(self.gpus_per_node + 1)]
+            for node in self.nodes:
+                node.reach = node.free + node.unallocated
+                self.reach[node.reach].add(node.index)
+        if "_open_version" not in state:
+            self._open_version = 0
+            self._open_seq = -1
 
     # -- validation -------------------------------------------------------------------------
     def check_request(self, gpus: int) -> None:
@@ -144,8 +168,48 @@ class Pool:
         idx.sort()
         return [nodes[i] for i in idx]
 
+    def _reach(self, node: Node) -> None:
+        r = node.free + node.unallocated
+        if r != node.reach:
+            self.reach[node.reach].discard(node.index)
+            self.reach[r].add(node.index)
+            node.reach = r
+
+    def add_unallocated(self, node: Node, delta_gpus: int) -> None:
+        """Unallocated work on ``node`` grew (or shrank, if negative) by ``delta_gpus``."""
+        node.unallocated += delta_gpus
+        self._reach(node)
+
+    def reachable_nodes(self, at_least: int, exclude: frozenset[int] = frozenset(), free_limit: int = -1) -> list[Node]:
+        """``open_nodes(at_least, exclude)`` where free GPUs (at most ``free_limit`` of them, -1:
+        all) and GPUs of unallocated work make ``at_least``, by index: the nodes a request that
+        may take only unallocated work could use. Reads the nodes ``reach`` names when they are
+        fewer than the open ones (a full pool), else filters the open nodes."""
+        candidates = 0
+        for r in range(at_least, self.gpus_per_node + 1):
+            candidates += len(self.reach[r])
+        nodes = self.nodes
+        if 2 * candidates >= len(nodes):
+            out: list[Node] = []
+            for n in self.open_nodes(at_least, exclude):
+                free = n.free if free_limit < 0 or n.free <= free_limit else free_limit
+                if free + n.unallocated >= at_least:
+                    out.append(n)
+            return out
+        idx: list[int] = []
+        for r in range(at_least, self.gpus_per_node + 1):
+            for i in self.reach[r]:
+                n = nodes[i]
+                free = n.free if free_limit < 0 or n.free <= free_limit else free_limit
+                if n.state == NODE_HEALTHY and n.gpus - n.blocked >= at_least and free + n.unallocated >= at_least \
+                        and i not in exclude:
+                    idx.append(i)
+        idx.sort()
+        return [nodes[i] for i in idx]
+
     def _rebucket(self, node: Node, old_free: int) -> None:
         self.touch(node)
+        self._reach(node)
         if node.state != NODE_HEALTHY:
             return
         self.buckets[old_free].discard(node.index)
@@ -154,6 +218,7 @@ class Pool:
 
     def set_state(self, node: Node, state: str) -> None:
         self.touch(node)
+        self._open_version += 1
         if node.state == NODE_HEALTHY and state != NODE_HEALTHY:
             self.buckets[node.free].discard(node.index)
             self.open[node.gpus - node.blocked].discard(node.index)
@@ -168,7 +233,8 @@ class Pool:
     def block(self, node: Node, delta_gpus: int) -> None:
         """Protected work on ``node`` grew (or shrank, if negative) by ``delta_gpus``."""
         self.touch(node)
-        if node.state == NODE_HEALTHY:
+        if node.state == NODE_HEALTHY and delta_gpus:
+            self._open_version += 1
             self.open[node.gpus - node.blocked].discard(node.index)
             self.open[node.gpus - node.blocked - delta_gpus].add(node.index)
         node.blocked += delta_gpus
@@ -182,9 +248,9 @@ class Pool:
     def open_nodes(self, at_least: int, exclude: frozenset[int] = frozenset()) -> list[Node]:
         """Schedulable nodes where a preemption could free ``at_least`` GPUs, by index (a list
         shared by callers until a node changes: read it, do not change it)."""
-        if self._open_seq != self.change_seq:
+        if self._open_seq != self._open_version:
             self._open_cache.clear()
-            self._open_seq = self.change_seq
+            self._open_seq = self._open_version
         key = (at_least, exclude)
         cached = self._open_cache.get(key)
         if cached is not None:
@@ -195,6 +261,8 @@ class Pool:
         if exclude:
             idx = [i for i in idx if i not in exclude]
         idx.sort()
+        if len(self._open_cache) >= 64:  # many reservations' exclusions between two changes
+            self._open_cache.clear()
         out = self._open_cache[key] = [self.nodes[i] for i in idx]
         return out
 

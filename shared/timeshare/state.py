@@ -370,7 +370,7 @@ class SchedulerState:
                 node = self.cluster.node(e.node)
                 node.pool.set_state(node, NODE_HEALTHY)
             case ev.BudgetChanged():
-                self.tree = AllocationTree.from_shares(e.new)
+                self.tree = AllocationTree.from_shares(e.new, like=self.tree)
                 self.tree_changed = True
             case _:
                 raise TypeError(f"unknown event {e!r}")
@@ -432,7 +432,7 @@ class SchedulerState:
         w.allocated = e.allocated
         if not w.allocated:
             for node, ids in placement:
-                node.unallocated += len(ids)
+                node.pool.add_unallocated(node, len(ids))
         w.non_preemptible = e.non_preemptible
         if w.non_preemptible:
             n = self.nonpreemptible_gpus[w.gpu_type]
@@ -467,7 +467,7 @@ class SchedulerState:
             self._block(w, -1)
         for node, ids in w.placement:
             if not w.allocated:
-                node.unallocated -= len(ids)
+                pool.add_unallocated(node, -len(ids))
             pool.release(node, ids, w.id)
         w.placement = []
         if w.non_preemptible:

@@ -125,3 +125,29 @@ def test_sweep_figure_titles_and_legends_fit():
     results = [SweepResult(p, {c: 0.5 + 0.01 * p.index for c in METRIC_COLUMNS}) for p in points]
     for param in grid:
         assert layout_problems(param_figure(param, grid, results)) == [], param
+
+
+def test_a_sweep_on_a_dask_cluster_gives_the_rows_of_the_local_run(tmp_path, scenario_path):
+    distributed = pytest.importorskip("distributed")
+    grid = ["--set", "lookback_window=1d,3d", "--policy", "budget,fifo"]
+    assert main(["sweep", str(scenario_path), *grid, "--jobs", "1", "--out", str(tmp_path / "local"),
+                 "--no-progress"]) == 0
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        assert main(["sweep", str(scenario_path), *grid, "--scheduler", cluster.scheduler_address,
+                     "--out", str(tmp_path / "dask"), "--no-progress"]) == 0
+    local, remote = _rows(tmp_path / "local" / "sweep.csv"), _rows(tmp_path / "dask" / "sweep.csv")
+    for row in local + remote:
+        row.pop("wall_s")  # the machine's, not the simulation's
+    assert len(local) == 4 and remote == local
+
+
+def test_a_sweep_whose_dask_scheduler_does_not_answer_is_one_line_and_exit_2(tmp_path, scenario_path, capsys,
+                                                                               monkeypatch):
+    pytest.importorskip("distributed")
+    from timeshare.report import sweep
+
+    monkeypatch.setattr(sweep, "DASK_CONNECT_TIMEOUT_S", 1)
+    code = main(["sweep", str(scenario_path), "--set", "lookback_window=1d", "--scheduler", "tcp://127.0.0.1:9",
+                 "--out", str(tmp_path / "x"), "--no-progress"])
+    assert code == 2
+    assert "tcp://127.0.0.1:9" in capsys.readouterr().err

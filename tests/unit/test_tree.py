@@ -121,3 +121,78 @@ def test_path_helpers():
     assert ancestors("a/b/c") == ["a", "a/b", "a/b/c"]
     assert is_within("a/b", "a") and is_within("a", "a")
     assert not is_within("ab", "a")
+
+
+def _random_shares(rng, leaves_wanted: int) -> dict[str, float]:
+    """A random tree whose names sort awkwardly ('a-b' sorts between 'a' and 'a/...')."""
+    names = ["a", "a-b", "a.c", "b", "b0", "c_d", "z"]
+    shares: dict[str, float] = {}
+    frontier = [""]
+    while frontier and sum(1 for p in shares if not any(q.startswith(p + "/") for q in shares)) < leaves_wanted:
+        parent = frontier.pop(rng.randrange(len(frontier)))
+        for name in rng.sample(names, rng.randint(1, 4)):
+            path = f"{parent}/{name}" if parent else name
+            if path.count("/") < 5:
+                shares[path] = float(rng.randint(0, 5))
+                frontier.append(path)
+    return shares
+
+
+def _pairwise_splits(tree):
+    """The leaf-pair table the tree used to build, computed the slow way."""
+    out = {}
+    for leaf in tree.leaves:
+        rows = []
+        for other in tree.leaves:
+            if other == leaf:
+                continue
+            a, b = next((x, y) for x, y in zip(ancestors(leaf), ancestors(other)) if x != y)
+            rows.append((other, a, b, tree.index[a], tree.index[b]))
+        out[leaf] = rows
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_where_two_paths_part_is_computed_from_per_node_data_as_a_pair_table_would_say(seed):
+    import random
+
+    tree = AllocationTree.from_shares(_random_shares(random.Random(seed), 3 + seed * 3))
+    expected = _pairwise_splits(tree)
+    for leaf in tree.leaves:
+        assert tree.split_index[leaf] == expected[leaf]
+        groups = []
+        for other, a, b, ai, bi in expected[leaf]:
+            if groups and groups[-1][:2] == (a, b):
+                groups[-1][4].append((other, tree.index[other]))
+            else:
+                groups.append((a, b, ai, bi, [(other, tree.index[other])]))
+        assert tree.split_group_index[leaf] == groups
+        for other, a, b, _, _ in expected[leaf]:
+            assert tree.divergence(leaf, other) == (a, b)
+
+
+def test_a_share_change_without_new_nodes_keeps_the_structure_and_recomputes_fractions():
+    tree = AllocationTree.from_shares(AI2_LIKE)
+    changed = tree.with_shares({"prior/olmo": 1, "tulu": 70})
+    fresh = AllocationTree.from_shares({**AI2_LIKE, "prior/olmo": 1, "tulu": 70})
+    assert changed.path_index is tree.path_index
+    assert changed.shares() == fresh.shares()
+    for path in fresh.nodes:
+        assert changed.fraction(path) == fresh.fraction(path)
+        assert changed.nodes[path].children == fresh.nodes[path].children
+    assert tree.fraction("tulu") == pytest.approx(0.35)
+    with pytest.raises(TreeError):
+        tree.with_shares({"tulu": -1})
+
+
+def test_a_pickled_tree_holds_its_nodes_only_and_loads_with_every_index():
+    import pickle
+
+    tree = AllocationTree.from_shares(AI2_LIKE)
+    data = pickle.dumps(tree)
+    loaded = pickle.loads(data)
+    assert loaded.shares() == tree.shares()
+    for leaf in tree.leaves:
+        assert loaded.split_index[leaf] == tree.split_index[leaf]
+        assert loaded.fraction(leaf) == tree.fraction(leaf)
+    assert b"split" not in data

@@ -21,7 +21,10 @@ def add_parser(sub) -> None:
     p.add_argument("--policy", default="budget",
                    help=f"policy or comma-separated policies ({', '.join(POLICIES)}, or all; default budget)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
-    p.add_argument("--out", default=None, help="directory for sweep.csv and sweep.html (default: sweep-<scenario>)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                   help="run the points on this Dask cluster instead of local processes (pip install "
+                        "'timeshare[dask]'; the workers need timeshare installed, not the scenario file)")
+    p.add_argument("--out", default=None, help="directory for sweep.csv and sweep.html (default: out/sweep-<scenario>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=sweep_command)
 
@@ -50,7 +53,7 @@ def parse_window(text: str | None) -> tuple[int, int] | None:
 
 def sweep_command(args) -> int:
     from ..sim.engine import POLICIES
-    from .sweep import parse_grid, run_sweep, write_csv
+    from .sweep import parse_grid, render_table, run_sweep, write_csv
     from .sweep_html import write_sweep_html
 
     policies = list(POLICIES) if args.policy == "all" else [p.strip() for p in args.policy.split(",") if p.strip()]
@@ -67,15 +70,21 @@ def sweep_command(args) -> int:
     if not Path(args.scenario).is_file():
         print(f"error: no such scenario file: {args.scenario}", file=sys.stderr)
         return 2
-    out = Path(args.out or f"sweep-{Path(args.scenario).stem}")
+    out = Path(args.out or Path("out") / f"sweep-{Path(args.scenario).stem}")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    results = run_sweep(args.scenario, grid, policies, args.jobs, show_progress=not args.no_progress)
+    try:
+        results = run_sweep(args.scenario, grid, policies, args.jobs, show_progress=not args.no_progress,
+                            scheduler=args.scheduler)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     csv_path = write_csv(out / "sweep.csv", grid, results)
     html_path = write_sweep_html(out / "sweep.html", args.scenario, grid, results)
     errors = [r for r in results if r.error]
     for r in errors:
         print(f"point {r.point.index} ({r.point.policy}, {r.point.settings}): {r.error}", file=sys.stderr)
+    print(render_table(grid, results))
     print(f"{len(results)} points ({len(errors)} invalid) in {format_duration_s(time.perf_counter() - t0)}; "
           f"wrote {csv_path} and {html_path}")
     return 1 if errors and len(errors) == len(results) else 0

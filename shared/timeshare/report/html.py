@@ -8,6 +8,7 @@ dicts that ``timeshare simulate`` also writes to ``metrics.json``.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -81,14 +82,66 @@ class _PolicyPart:
     ratio_programs: list[np.ndarray]
 
 
+def report_context(out_dir: Path, scenario, end_s: float, window: tuple[float, float] | None = None,
+                   max_gpu_rows: int = 256, with_events: bool = True) -> _Context:
+    """What every part of the report of ``scenario`` needs, for runs that ended at ``end_s``."""
+    tree = scenario.tree()
+    teams = tree.leaves
+    rows = GpuRows.from_scenario(scenario)
+    return _Context(rows, teams, {t: tree.nodes[t].fraction for t in teams}, team_colors(teams),
+                    scenario.policy.lookback_window_s,
+                    gantt.choose_view(end_s, rows.total, window, max_gpu_rows) if with_events and end_s > 0 else None,
+                    scenario.pools[0].gpus_per_node if len(scenario.pools) == 1 else None,
+                    np.arange(0.0, end_s + 1, HOUR_S))
+
+
+class EarlyReport:
+    """The report started while the simulation still runs: each policy's part (reading its
+    events, the cluster picture, delivery figures, usage-ratio curves; most of the report's
+    time) is drawn in a worker process as soon as that policy's run ends, while the next
+    policy simulates. :meth:`finish` adds the figures that compare policies and writes the
+    page (:func:`write_report`; the parts are drawn again there only if a run ended before
+    ``scenario.duration_s``, which the early parts assumed)."""
+
+    def __init__(self, out_dir: Path, scenario, jobs: int = 1):
+        self.out_dir = Path(out_dir)
+        self.scenario = scenario
+        self.end_s = float(scenario.duration_s)
+        self.ctx = report_context(self.out_dir, scenario, self.end_s)
+        # spawned, not forked: a fork of the simulating process would share its pages copy-on-write,
+        # and the simulation, which touches every object it holds, would pay for copying them
+        self.pool = ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=multiprocessing.get_context("spawn"))
+        self.futures: dict[str, object] = {}
+
+    def add(self, policy: str, result) -> None:
+        """``policy``'s run ended and its events.jsonl is closed: start drawing its part."""
+        path = self.out_dir / policy / "events.jsonl"
+        if path.exists() and _end_s(result) == self.end_s and self.end_s > 0:
+            self.futures[policy] = self.pool.submit(_policy_part, self.ctx, policy, path, self.end_s,
+                                                    _metrics_of(result)["teams"])
+
+    def finish(self, results: dict) -> Path:
+        try:
+            parts = {p: f.result() for p, f in self.futures.items()}  # type: ignore[attr-defined]
+        finally:
+            self.pool.shutdown()
+        return write_report(self.out_dir, self.scenario, results, early=(self.ctx, self.end_s, parts))
+
+    def cancel(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
 def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, float] | None = None,
-                 max_gpu_rows: int = 256, jobs: int | None = None) -> Path:
+                 max_gpu_rows: int = 256, jobs: int | None = None,
+                 early: tuple[_Context, float, dict[str, _PolicyPart]] | None = None) -> Path:
     """Write ``out_dir/report.html`` for ``results`` ({policy: RunResult or metrics dict}).
 
     ``window`` = (start_s, end_s) of the cluster picture (default: 2 days in the middle of the
     run); more than ``max_gpu_rows`` GPUs are thinned to every k-th GPU. Policies are read and
     drawn in up to ``jobs`` processes (default: one per policy, at most one per core), since
-    reading a 30-day log and drawing its figures is seconds of single-threaded work each."""
+    reading a 30-day log and drawing its figures is seconds of single-threaded work each.
+    ``early``: a context and the parts already drawn with it (:class:`EarlyReport`), used when
+    the runs ended where that context assumed."""
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     metrics = {p: _metrics_of(r) for p, r in results.items()}
@@ -97,12 +150,12 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
     with_events = {p: out_dir / p / "events.jsonl" for p in results if (out_dir / p / "events.jsonl").exists()}
     missing = [p for p in results if p not in with_events]
     end_s = max((_end_s(results[p]) for p in with_events), default=0.0)
-    rows = GpuRows.from_scenario(scenario)
-    ctx = _Context(rows, teams, {t: tree.nodes[t].fraction for t in teams}, team_colors(teams),
-                   scenario.policy.lookback_window_s,
-                   gantt.choose_view(end_s, rows.total, window, max_gpu_rows) if with_events and end_s > 0 else None,
-                   scenario.pools[0].gpus_per_node if len(scenario.pools) == 1 else None,
-                   np.arange(0.0, end_s + 1, HOUR_S))
+    done: dict[str, _PolicyPart] = {}
+    if early is not None and window is None and max_gpu_rows == 256 and early[1] == end_s and end_s > 0:
+        ctx = early[0]
+        done = {p: part for p, part in early[2].items() if p in with_events}
+    else:
+        ctx = report_context(out_dir, scenario, end_s, window, max_gpu_rows, bool(with_events))
 
     parts = [f"<h1>timeshare simulation: {escape(scenario.name)}</h1>", _settings(scenario, metrics)]
     if missing:
@@ -118,8 +171,10 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
     elif with_events:
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(with_events)))
         with _pool(jobs) as pool:
-            policy_parts = dict(zip(with_events, _map(pool, _policy_part, [
-                (ctx, p, path, _end_s(results[p]), metrics[p]["teams"]) for p, path in with_events.items()])))
+            todo = [p for p in with_events if p not in done]
+            drawn = dict(zip(todo, _map(pool, _policy_part, [
+                (ctx, p, with_events[p], _end_s(results[p]), metrics[p]["teams"]) for p in todo])))
+            policy_parts = {p: done[p] if p in done else drawn[p] for p in with_events}
             logs = {p: part.log for p, part in policy_parts.items()}
             ratio_teams = {p: part.ratio_teams for p, part in policy_parts.items()}
             ratio_programs = {p: part.ratio_programs for p, part in policy_parts.items()}

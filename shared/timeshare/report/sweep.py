@@ -84,14 +84,16 @@ def headline(metrics: dict) -> dict[str, float | int | None]:
     }
 
 
-def run_point(scenario_path: str, point: SweepPoint, fixed: dict[str, str]) -> SweepResult:
-    """Worker: load the scenario with this point's overrides and simulate it (no event log)."""
+def run_point(scenario_path: str, point: SweepPoint, fixed: dict[str, str], text: str | None = None) -> SweepResult:
+    """Worker: load the scenario with this point's overrides and simulate it (no event log).
+    ``text``: the scenario file's contents, read by the caller (a Dask worker on another
+    machine need not see the file; a trace it names must be at the same path there)."""
     from ..sim.engine import run
     from ..sim.errors import InputError
     from ..sim.scenario import load_scenario
 
     try:
-        scenario = load_scenario(scenario_path, {**fixed, **point.settings})
+        scenario = load_scenario(scenario_path, {**fixed, **point.settings}, text=text)
     except (InputError, ValueError) as exc:
         return SweepResult(point, error=f"invalid scenario: {exc}")
     try:
@@ -103,10 +105,14 @@ def run_point(scenario_path: str, point: SweepPoint, fixed: dict[str, str]) -> S
 
 
 def run_sweep(scenario_path: str, grid: dict[str, list[str]], policies: list[str], jobs: int | None = None,
-              fixed: dict[str, str] | None = None, show_progress: bool = True) -> list[SweepResult]:
-    """Run every point, in ``jobs`` worker processes (default: one per core); rows in grid order."""
+              fixed: dict[str, str] | None = None, show_progress: bool = True,
+              scheduler: str | None = None) -> list[SweepResult]:
+    """Run every point, in ``jobs`` worker processes (default: one per core), or on the Dask
+    cluster whose scheduler is at ``scheduler`` (``tcp://HOST:8786``); rows in grid order."""
     points = grid_points(grid, policies)
     fixed = fixed or {}
+    if scheduler:
+        return _run_on_dask(scheduler, scenario_path, points, fixed, show_progress)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
     bar = None
     if show_progress:
@@ -137,6 +143,45 @@ def run_sweep(scenario_path: str, grid: dict[str, list[str]], policies: list[str
     return [results[p.index] for p in points]
 
 
+#: how long ``--scheduler`` waits for the Dask scheduler to answer
+DASK_CONNECT_TIMEOUT_S = 30
+
+
+def _run_on_dask(address: str, scenario_path: str, points: list[SweepPoint], fixed: dict[str, str],
+                 show_progress: bool) -> list[SweepResult]:
+    """:func:`run_sweep` on a Dask cluster: one task per point (the scenario's text goes with
+    each, so workers need only this package installed), results as they come."""
+    try:
+        from distributed import Client, as_completed as dask_completed
+    except ImportError:
+        raise ValueError("--scheduler needs Dask's distributed package: pip install 'timeshare[dask]'") from None
+    text = Path(scenario_path).read_text()
+    bar = None
+    if show_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(points), desc="sweep (dask)", unit="point", file=sys.stderr)
+    results: dict[int, SweepResult] = {}
+    try:
+        with Client(address, timeout=DASK_CONNECT_TIMEOUT_S) as client:
+            futures = {client.submit(run_point, scenario_path, p, fixed, text, pure=False, key=f"sweep-point-{p.index}-"
+                                     f"{os.getpid()}"): p for p in points}
+            for fut in dask_completed(list(futures)):
+                p = futures[fut]
+                try:
+                    results[p.index] = fut.result()
+                except Exception as exc:  # noqa: BLE001 - e.g. a worker lost
+                    results[p.index] = SweepResult(p, error=f"worker failed: {type(exc).__name__}: {exc}")
+                if bar is not None:
+                    bar.update(1)
+    except OSError as exc:
+        raise ValueError(f"--scheduler {address}: {exc}") from None
+    finally:
+        if bar is not None:
+            bar.close()
+    return [results[p.index] for p in points]
+
+
 def write_csv(path: Path, grid: dict[str, list[str]], results: list[SweepResult]) -> Path:
     """One row per point: policy, the swept values as given, the headline metrics, error."""
     with open(path, "w", newline="") as f:
@@ -146,3 +191,37 @@ def write_csv(path: Path, grid: dict[str, list[str]], results: list[SweepResult]
             values = ["" if r.metrics.get(c) is None else r.metrics[c] for c in METRIC_COLUMNS]
             w.writerow([r.point.policy, *(r.point.settings[k] for k in grid), *values, r.error])
     return Path(path)
+
+
+#: the columns ``timeshare sweep`` prints (sweep.csv has them all): header, key, format
+TABLE_COLUMNS = (("occupancy", "occupancy", "{:.3f}"), ("attain", "attainment_fleet", "{:.3f}"),
+                 ("min team", "attainment_min_team", "{:.3f}"), ("p90 wait h", "p90_wait_s", "{:.1f}"),
+                 ("preempt", "preemptions", "{:.0f}"), ("wasted GPU-h", "wasted_gpu_hours", "{:.0f}"))
+
+
+def render_table(grid: dict[str, list[str]], results: list[SweepResult]) -> str:
+    """The headline metrics of every point as a fixed-width text table, one line per point."""
+    header = ["policy", *grid, *(h for h, _, _ in TABLE_COLUMNS)]
+    rows = []
+    for r in results:
+        cells = [r.point.policy, *(r.point.settings[k] for k in grid)]
+        if r.error:
+            cells.append(f"error: {r.error.splitlines()[0][:80]}")
+        else:
+            for _, key, fmt in TABLE_COLUMNS:
+                value = r.metrics.get(key)
+                if value is None:
+                    cells.append("-")
+                else:
+                    cells.append(fmt.format(value / 3600 if key.endswith("_s") else value))
+        rows.append(cells)
+    n = len(header)
+    widths = [max(len(str(row[i])) for row in [header, *rows] if i < len(row)) for i in range(n)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(c).rjust(widths[i]) if i >= 1 + len(grid) else str(c).ljust(widths[i])
+                 for i, c in enumerate(row[:n])]
+        if len(row) > n:  # an error message spans the metric columns
+            cells.append(row[n])
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

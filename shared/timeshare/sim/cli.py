@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 from .. import events as ev
+from ..durations import format_duration_s
 from .engine import CHECKS, POLICIES, run
 from .errors import InputError
 from .scenario import load_scenario
@@ -27,9 +30,11 @@ def add_parsers(sub) -> None:
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``["duration=1d", ...]`` -> ``{"duration": "1d"}``; one line and exit 2 for an item without
+    a key and '='."""
     out = {}
     for item in items:
-        if "=" not in item:
+        if "=" not in item or not item.split("=", 1)[0].strip():
             # a usage error, told as argparse tells one: one line, exit status 2
             print(f"timeshare: argument --set: expected KEY=VALUE (e.g. duration=10d), got {item!r}", file=sys.stderr)
             raise SystemExit(2)
@@ -38,9 +43,25 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
+#: the order runs are made and shown in; a check policy (budget-reference) comes after them
+_ORDER = ["budget", "baseline", "fifo"]
+
+
+def core_kind() -> str:
+    """"compiled" when the scheduling core imported is the mypyc build, else "pure Python"."""
+    from .. import scheduler
+
+    return "pure Python" if str(scheduler.__file__).endswith(".py") else "compiled"
+
+
 def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, overrides: dict[str, str],
-             show_progress: bool = True, report: bool = True) -> dict[str, dict]:
-    scenario = load_scenario(scenario_path, overrides)
+             show_progress: bool = True, report: bool = True, scenario=None,
+             on_done: Callable[[str, object], None] | None = None) -> dict[str, dict]:
+    """Run ``policies`` and write their results under ``out_dir``; report.html too when
+    ``report`` (the command renders it itself, after printing the summary). ``on_done(policy,
+    result)`` is called as each run ends, its events.jsonl closed."""
+    if scenario is None:
+        scenario = load_scenario(scenario_path, overrides)
     results = {}
     for name in policies:
         events_file = None
@@ -76,32 +97,67 @@ def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, over
         results[name] = result
         if out_dir is not None:
             (out_dir / name / "metrics.json").write_text(json.dumps(result.metrics, indent=2) + "\n")
+        if on_done is not None:
+            on_done(name, result)
     metrics = {name: r.metrics for name, r in results.items()}
     if out_dir is not None:
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (out_dir / "summary.txt").write_text(render_summary(scenario.name, metrics) + "\n")
         if report:
-            try:
-                from ..report.html import write_report
-            except ImportError:
-                pass
-            else:
-                write_report(out_dir, scenario, results)
+            render_report(out_dir, scenario, metrics)
     return metrics
+
+
+def render_report(out_dir: Path, scenario, metrics: dict[str, dict]) -> Path | None:
+    """Write ``out_dir/report.html`` (None: the report's extra packages are not installed)."""
+    try:
+        from ..report.html import write_report
+    except ImportError:
+        return None
+    return write_report(out_dir, scenario, metrics)
 
 
 def simulate_command(args) -> int:
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
-    policies = sorted(policies, key=lambda p: ["budget", "baseline", "fifo"].index(p))
+    policies = sorted(policies, key=lambda p: (_ORDER.index(p) if p in _ORDER else len(_ORDER), p))
     out_dir = Path(args.out) if args.out else None
+    t0 = time.perf_counter()
+    early = None
     try:
-        metrics = simulate(args.scenario, policies, out_dir, parse_overrides(args.set),
-                           show_progress=not args.no_progress, report=not args.no_report)
+        scenario = load_scenario(args.scenario, parse_overrides(args.set))
+        print(f"simulating {scenario.name} ({format_duration_s(scenario.duration_s)}, {len(scenario.workloads)} "
+              f"workloads; {', '.join(policies)}) with the {core_kind()} core", file=sys.stderr, flush=True)
+        if out_dir is not None and not args.no_report:
+            try:
+                from ..report.html import EarlyReport
+            except ImportError:
+                pass
+            else:
+                # each policy's part of report.html is drawn in a worker process while the next
+                # policy simulates
+                early = EarlyReport(out_dir, scenario)
+        metrics = simulate(args.scenario, policies, out_dir, {}, show_progress=not args.no_progress,
+                           report=False, scenario=scenario, on_done=early.add if early is not None else None)
     except (InputError, OSError) as exc:
+        if early is not None:
+            early.cancel()
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    scenario_name = next(iter(metrics.values()))["scenario"]
-    print(render_summary(scenario_name, metrics))
-    if out_dir is not None:
-        print(f"\nwrote {out_dir}/metrics.json, {out_dir}/<policy>/events.jsonl")
+    print(render_summary(scenario.name, metrics), flush=True)
+    if out_dir is None:
+        print(f"\nsimulated in {time.perf_counter() - t0:.1f} s ({core_kind()} core); nothing written (no --out)")
+        return 0
+    written = [out_dir / "summary.txt", out_dir / "metrics.json", *(out_dir / p / "events.jsonl" for p in policies)]
+    if not args.no_report:
+        print(f"\nrendering {out_dir / 'report.html'} (the summary above is final)...", file=sys.stderr, flush=True)
+        t1 = time.perf_counter()
+        try:
+            path = early.finish(metrics) if early is not None else render_report(out_dir, scenario, metrics)
+        except (ValueError, OSError) as exc:
+            print(f"error: report.html: {exc}", file=sys.stderr)
+            path = None
+        if path is not None:
+            written.insert(0, path)
+            print(f"report.html in {time.perf_counter() - t1:.1f} s", file=sys.stderr)
+    print(f"\nwrote {', '.join(str(p) for p in written)} in {time.perf_counter() - t0:.1f} s ({core_kind()} core)")
     return 0

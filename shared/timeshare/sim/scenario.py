@@ -88,10 +88,13 @@ class _Reader:
             raise self.error(f"{where}{key}", str(exc), key) from None
 
 
-def load_scenario(path: str | Path, overrides: dict[str, str] | None = None) -> Scenario:
-    """Read and validate a scenario file; ``overrides`` set dotted keys (``policy.lookback_window``)."""
+def load_scenario(path: str | Path, overrides: dict[str, str] | None = None, text: str | None = None) -> Scenario:
+    """Read and validate a scenario file; ``overrides`` set dotted keys (``policy.lookback_window``).
+    ``text``: the file's contents when the caller has them (``path`` then names it in errors
+    and places a trace)."""
     path = Path(path)
-    text = path.read_text()
+    if text is None:
+        text = path.read_text()
     reader = _Reader(str(path), text)
     try:
         data = tomllib.loads(text)
@@ -103,12 +106,27 @@ def load_scenario(path: str | Path, overrides: dict[str, str] | None = None) -> 
 
 
 def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+    """Set ``dotted`` (``policy.lookback_window``, ``pools.0.nodes``: a number indexes an array
+    of tables) to ``value``; a path that leads nowhere is an InputError naming the key."""
     parts = dotted.split(".")
     if len(parts) == 1 and parts[0] not in ("name", "duration", "seed"):
         parts = ["policy", parts[0]]  # sweep shorthand: lookback_window=3d
-    target = data
-    for p in parts[:-1]:
-        target = target.setdefault(p, {})
+    if not all(parts):
+        raise InputError("--set", None, dotted, "expected a dotted key such as policy.lookback_window or pools.0.nodes")
+    target: Any = data
+    for depth, p in enumerate(parts[:-1]):
+        where = ".".join(parts[: depth + 1])
+        if isinstance(target, list):
+            if not p.isdigit() or int(p) >= len(target):
+                raise InputError("--set", None, dotted, f"{where}: there are {len(target)} of them "
+                                 f"(give an index from 0 to {len(target) - 1})")
+            target = target[int(p)]
+        elif isinstance(target, dict):
+            target = target.setdefault(p, {})
+        else:
+            raise InputError("--set", None, dotted, f"{'.'.join(parts[:depth])} is a value, not a table")
+    if not isinstance(target, dict):
+        raise InputError("--set", None, dotted, f"{'.'.join(parts[:-1])} is not a table of settings")
     if isinstance(value, str):
         try:
             value = tomllib.loads(f"v = {value}")["v"]
@@ -118,7 +136,7 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
 
 
 def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
-    known = {"name", "duration", "seed", "policy", "pools", "allocations", "node_events", "trace", "generator"}
+    known = {"name", "duration", "seed", "policy", "pools", "allocations", "node_events", "trace", "generator", "scale"}
     for key in data:
         if key not in known:
             raise reader.error(key, f"unknown setting (expected one of {', '.join(sorted(known))})")
@@ -149,6 +167,16 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
     except ValueError as exc:
         raise reader.error("policy", str(exc)) from None
 
+    scale = data.get("scale", {})
+    if not isinstance(scale, dict):
+        raise reader.error("scale", "must be a table: [scale] pools = 16, projects = 1000", "[scale]")
+    for key in scale:
+        if key not in ("pools", "projects"):
+            raise reader.error(f"scale.{key}", "unknown scale setting (expected pools, projects)", key)
+        if isinstance(scale[key], bool) or not isinstance(scale[key], int) or scale[key] <= 0:
+            raise reader.error(f"scale.{key}", f"must be a positive integer, got {scale[key]!r}", key)
+    pool_factor = scale.get("pools", 1)
+
     pools = []
     raw_pools = data.get("pools")
     if not raw_pools:
@@ -164,7 +192,7 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
         unknown = set(p) - {"gpu_type", "nodes", "gpus_per_node", "rack_size"}
         if unknown:
             raise reader.error(f"{where}{sorted(unknown)[0]}", "unknown pool setting", sorted(unknown)[0])
-        pools.append(PoolSpec(str(p["gpu_type"]), p["nodes"], p["gpus_per_node"], p.get("rack_size")))
+        pools.append(PoolSpec(str(p["gpu_type"]), p["nodes"] * pool_factor, p["gpus_per_node"], p.get("rack_size")))
     try:
         cluster = Cluster(pools)
     except ValueError as exc:
@@ -178,6 +206,11 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
         tree = AllocationTree.from_shares(dict(allocations))
     except TreeError as exc:
         raise InputError(reader.path, reader.line_of(exc.path), f"allocations.{exc.path}", exc.message) from None
+    if "projects" in scale and "trace" in data:
+        raise reader.error("scale.projects", "splits the generator's teams; a trace names its own projects", "projects")
+    if scale.get("projects", 0) > len(tree.leaves):
+        allocations = scaled_projects(tree, scale["projects"])
+        tree = AllocationTree.from_shares(allocations)
 
     node_events = []
     for i, ne in enumerate(data.get("node_events", [])):
@@ -222,6 +255,19 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
     return Scenario(name=name, duration_s=duration_s, seed=seed, policy=policy, pools=pools,
                     allocations=dict(allocations), node_events=node_events, workloads=workloads,
                     source=source, generator=dict(generator or {}))
+
+
+def scaled_projects(tree: AllocationTree, projects: int) -> dict[str, float]:
+    """The tree's shares with every leaf split into equal-share projects ``p000``, ``p001``...
+    so that there are at least ``projects`` leaves (``[scale] projects``): the same teams and
+    fractions, ``projects / leaves`` times as many queues."""
+    per_leaf = -(-projects // len(tree.leaves))
+    width = len(str(per_leaf - 1))
+    shares = tree.shares()
+    for leaf in tree.leaves:
+        for k in range(per_leaf):
+            shares[f"{leaf}/p{k:0{width}d}"] = 1.0
+    return shares
 
 
 def scenario_to_toml_policy(policy: PolicyConfig) -> dict:

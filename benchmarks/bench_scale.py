@@ -1,0 +1,183 @@
+"""`make bench-scale`: how the core's cost grows with the tree and the cluster (issue 21).
+Prints numbers and ratios, never asserts them.
+
+1. trees of 1,000 and 10,000 leaves in 5 levels: CPU to build one, to change one share, to add
+   1,000 leaves, to answer "where does this leaf's path part from every other" once, and the
+   memory the tree takes (peak RSS growth of a fresh process);
+2. per-event cost of the built-in scenario with its pool scaled from 1,024 to 16,384 GPUs
+   (teams, policy and offered load as they are): CPU of a D-day run minus a 1-hour run, over
+   the events in between, so that start-up cancels out.
+
+Every measurement runs in a fresh process (the compiled core when `make setup` built one for
+these sources, else pure Python; ``--pure`` forces pure Python) that also times a
+10M-iteration Python loop: costs print in seconds and in "loops", that loop's CPU seconds in the
+same process (a shared machine varies by tens of percent from one minute to the next). Targets
+(issue 21): a 10,000-leaf tree built and changed in <= 1 loop each, <= 200 MB; per-event cost at
+16,384 GPUs within 1.2x of 1,024.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import compiled  # benchmarks/compiled.py, next to this script
+
+ROOT = Path(__file__).resolve().parent.parent
+AI2_LIKE = ROOT / "examples" / "ai2-like" / "scenario.toml"
+#: fan-out per level: 2 x 5 x 10 x 10 x F leaves, F = 1 (1,000) or 10 (10,000)
+FANOUT = {1_000: (2, 5, 10, 10, 1), 10_000: (2, 5, 10, 10, 10)}
+
+
+def loop_cpu_s() -> float:
+    """CPU seconds of a 10M-iteration pure Python loop: this machine's speed right now."""
+    t0 = time.process_time()
+    x = 0
+    for i in range(10_000_000):
+        x += i
+    return time.process_time() - t0
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def tree_shares(fanout: tuple[int, ...]) -> dict[str, float]:
+    shares: dict[str, float] = {}
+    level = [""]
+    for depth, n in enumerate(fanout):
+        nxt = []
+        for parent in level:
+            for k in range(n):
+                path = f"{parent}/n{k}" if parent else f"n{k}"
+                shares[path] = float(1 + (k + depth) % 4)
+                nxt.append(path)
+        level = nxt
+    return shares
+
+
+# -- workers: one measurement in a fresh process, its result as one JSON line --------------------
+
+def work_tree(leaves: int) -> dict:
+    from timeshare.tree import AllocationTree
+
+    shares = tree_shares(FANOUT[leaves])
+    loop = loop_cpu_s()
+    rss0 = rss_mb()
+    t0 = time.process_time()
+    tree = AllocationTree.from_shares(shares)
+    build = time.process_time() - t0
+    rss1 = rss_mb()
+    t0 = time.process_time()
+    changed = tree.with_shares({tree.leaves[len(tree.leaves) // 2]: 7.0})
+    change = time.process_time() - t0
+    # 1,000 new leaves under one parent (a manager's PUT of 1,000 children)
+    parent = tree.nodes[tree.leaves[0]].parent or ""
+    added = {f"{parent}/new{k}": 1.0 for k in range(1_000)}
+    t0 = time.process_time()
+    grown = changed.with_shares(added)
+    add = time.process_time() - t0
+    t0 = time.process_time()
+    splits = grown.split_index[grown.leaves[-1]]
+    split = time.process_time() - t0
+    rss2 = rss_mb()
+    assert len(splits) == len(grown.leaves) - 1
+    return {"leaves": len(tree.leaves), "nodes": len(tree.nodes), "loop_s": loop, "build_s": build,
+            "change_s": change, "add_1000_s": add, "splits_of_one_leaf_s": split,
+            "build_mb": rss1 - rss0, "peak_mb": rss2 - rss0}
+
+
+def scaled_scenario(nodes: int, duration: str):
+    from timeshare.sim.scenario import _Reader, scenario_from_dict
+
+    text = AI2_LIKE.read_text()
+    data = tomllib.loads(text)
+    data["pools"][0]["nodes"] = nodes
+    data["duration"] = duration
+    return scenario_from_dict(data, _Reader(str(AI2_LIKE), text), AI2_LIKE.parent)
+
+
+def work_sim(nodes: int, duration: str) -> dict:
+    import timeshare.scheduler
+    from timeshare.sim.engine import run
+
+    loop = loop_cpu_s()
+    out = {"gpus": nodes * 8, "compiled": not str(timeshare.scheduler.__file__).endswith(".py")}
+    for label, d in (("short", "1h"), ("long", duration)):
+        scenario = scaled_scenario(nodes, d)
+        count = [0]
+
+        def on_event(e, count=count):
+            count[0] += 1
+
+        t0 = time.process_time()
+        run(scenario, "budget", on_event=on_event)
+        out[f"{label}_cpu_s"] = time.process_time() - t0
+        out[f"{label}_events"] = count[0]
+    out["per_event_us"] = 1e6 * (out["long_cpu_s"] - out["short_cpu_s"]) / max(1, out["long_events"] - out["short_events"])
+    # the loop before and after the runs, averaged: a shared machine's speed moves during a minute
+    out["loop_s"] = (loop + loop_cpu_s()) / 2
+    return out
+
+
+def in_fresh_process(build, *args: str) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *args]
+    proc = subprocess.run(cmd, env=compiled.env(build), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--pure", action="store_true", help="pure Python even when a compiled core is built")
+    ap.add_argument("--days", default="1d", help="the long run of the per-event measurement (default 1d)")
+    ap.add_argument("--leaves", default="1000,10000", help="tree sizes (of 1000, 10000)")
+    ap.add_argument("--gpus", default="1024,16384", help="pool sizes (multiples of 8)")
+    args = ap.parse_args()
+    if args.worker:
+        kind, *rest = args.worker
+        result = work_tree(int(rest[0])) if kind == "tree" else work_sim(int(rest[0]), rest[1])
+        print(json.dumps(result))
+        return 0
+
+    build = None
+    if not args.pure:
+        try:
+            build = compiled.build()
+        except Exception as exc:  # noqa: BLE001 (no compiler: pure Python, said below)
+            print(f"note: no compiled core ({str(exc).splitlines()[0]}); pure Python")
+    print(f"core: {'compiled (' + build.name + ')' if build else 'pure Python'}; "
+          "loop = CPU of a 10M-iteration Python loop in the same process")
+    print("\ntrees in 5 levels (build / change one share / add 1,000 leaves / one leaf's splits; memory)")
+    for leaves in (int(x) for x in args.leaves.split(",") if x):
+        r = in_fresh_process(build, "tree", str(leaves))
+        loop = r["loop_s"]
+        print(f"  {r['leaves']:6d} leaves ({r['nodes']} nodes), loop {loop:.2f} s: "
+              f"build {r['build_s']:.3f} s = {r['build_s'] / loop:.2f} loops, "
+              f"change {r['change_s']:.3f} s = {r['change_s'] / loop:.2f} loops, "
+              f"add 1,000 {r['add_1000_s']:.3f} s = {r['add_1000_s'] / loop:.2f} loops, "
+              f"splits {r['splits_of_one_leaf_s'] * 1e3:.1f} ms; "
+              f"tree {r['build_mb']:.0f} MB, peak {r['peak_mb']:.0f} MB")
+    print(f"\nper event, the built-in scenario's pool scaled (CPU of {args.days} minus 1h, over the events between)")
+    base = None
+    for gpus in (int(x) for x in args.gpus.split(",")):
+        r = in_fresh_process(build, "sim", str(gpus // 8), args.days)
+        per = r["per_event_us"]
+        base = base or per
+        print(f"  {r['gpus']:6d} GPUs, loop {r['loop_s']:.2f} s: {r['long_events'] - r['short_events']:7d} events, "
+              f"{per:6.1f} us/event = {per / 1e6 / r['loop_s'] * 1e6:.1f} loops per million events, "
+              f"{per / base:.2f}x the first; {args.days} in {r['long_cpu_s']:.1f} s = "
+              f"{r['long_cpu_s'] / r['loop_s']:.1f} loops")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
