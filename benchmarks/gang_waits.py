@@ -6,8 +6,10 @@ Per GPU count: how many workloads started (or still wait), and the p50 / p90 / m
 from submission to the first start (work still pending at the end counts with its wait so
 far). For whole-node gangs also the part of that wait during which the gang was *entitled*
 (the referee's "gang starved": its leaf's path within its fraction with it, and enough whole
-nodes whose work may go once protections end), next to ``max_min_runtime``, the wait the
-contract makes necessary. Prints numbers; asserts nothing. Reads only the events and the
+nodes whose work may go once protections end), and the part during which its leaf alone would
+have run within its fraction with it (issue 24's words), each next to ``max_min_runtime``, the
+wait the contract makes necessary. Fractions stand in for due shares (exact under
+``catch_up = 0``). Prints numbers; asserts nothing. Reads only the events and the
 scenario (it runs the referee, timeshare.sim.referee).
 """
 
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, findings = gang_table(scenario, events, None if args.kind == "all" else args.kind)
     term = _h(scenario.policy.max_min_runtime_s)
     print(f"| gang | count | pending at end | wait p50 | p90 | max | entitled: p50 | p90 | max | > {term} "
-          f"| within share: p50 | p90 | max | > {term} |")
+          f"| leaf within share: p50 | p90 | max | > {term} |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         w = r["wait"]

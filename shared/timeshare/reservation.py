@@ -45,10 +45,14 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
         return None  # most passes: no funded gang waits, so no fair-share order is needed
     index = state.tree.index
     for leaf in view.leaf_order(heads):  # only leaves with a gang pending, in fair-share order
-        head, gpus = heads[leaf]
         i = index[leaf]
-        if view.fill_at(i, gpus) > 1.0 and not (view.fill_at(i) < 1.0 and gpus <= view.due_at(i)):
-            continue  # a gang beyond the leaf's due share borrows; it gets no reservation
+        # the leaf's first gang (its own order) that fits within its due share: a larger one
+        # ahead of it borrows, gets no reservation, and phase 3 passes it over as well
+        for head, gpus in heads[leaf]:
+            if view.fill_at(i, gpus) <= 1.0 or (view.fill_at(i) < 1.0 and gpus <= view.due_at(i)):
+                break
+        else:
+            continue
         need = gpus // gpn
         if len(pool.buckets[gpn]) >= need:
             return None  # it fits now and starts in this pass
@@ -65,9 +69,9 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
 
 
 def _pending_gangs(state: SchedulerState, pool: Pool,
-                   queues: dict[tuple[str, str, str], LeafQueue]) -> dict[str, tuple[tuple, int]]:
-    """Per leaf with a due share and allocated whole-node gangs pending: its first gang's
-    (queue key, GPUs)."""
+                   queues: dict[tuple[str, str, str], LeafQueue]) -> dict[str, list[tuple[tuple, int]]]:
+    """Per leaf with a due share and allocated whole-node gangs pending: the head of each gang
+    size, as (queue key, GPUs), in the leaf's own order."""
     gpn = pool.gpus_per_node
     nodes = state.tree.nodes
     heads = {}
@@ -75,15 +79,10 @@ def _pending_gangs(state: SchedulerState, pool: Pool,
         q = queues.get((pool.gpu_type, leaf, "a"))
         if q is None or not q.count or nodes[leaf].fraction <= 0:
             continue
-        # the first gang: the smallest (key, GPUs) among the heads of the sizes above a node
-        best: tuple[tuple, int] | None = None
-        for g, keys in q.by_size.items():
-            if g > gpn:
-                head = (keys[0], g)
-                if best is None or head < best:
-                    best = head
-        if best is not None:
-            heads[leaf] = best
+        # a size's head is its first gang; a later gang of the same size fits no better
+        gangs = sorted((keys[0], g) for g, keys in q.by_size.items() if g > gpn)
+        if gangs:
+            heads[leaf] = gangs
     return heads
 
 

@@ -275,7 +275,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     # over all pending work: the most deserving gang's nodes (reservation.py); only allocated
     # requests consult it
     p.reservation = plan_reservation(state, pool, p.view, now_s, p.victims_for, cached=cached) \
-        if any_allocated else None
+        if any_allocated and state.config.gang_reservations else None
     _phase3_within_due_shares(p)
     _phase4_everything_else(p)
     state.pass_seq[pool.gpu_type] = pool.change_seq

@@ -80,7 +80,8 @@ class GangWait:
     wait_s: float
     #: the part of that wait during which the gang was entitled ("gang starved")
     entitled_s: float
-    #: the part during which its leaf's path ran within its fraction with it (nodes aside)
+    #: the part during which its leaf would have run within its fraction with it (the levels
+    #: above and the nodes aside)
     within_s: float
     #: whether this is the workload's first start
     first: bool
@@ -263,7 +264,7 @@ class Referee:
         self.decision_before: dict[str, dict[tuple[str, str], int]] = {}
         self.pending_preemptions: list[ev.WorkloadPreempted] = []
         # "gang starved": pending allocated gangs' stretches of being entitled, and of their
-        # leaf's path being within its fraction with them (measured only); per GPU type, when an
+        # leaf being within its fraction with them (measured only); per GPU type, when an
         # allocated gang last started
         self.gang_entitled = _Stretches()
         self.gang_within = _Stretches()
@@ -575,7 +576,8 @@ class Referee:
 
     def _entitled_gangs(self) -> tuple[set[str], set[str]]:
         """Pending allocated gangs that are entitled now (see the module's "gang starved"), and
-        those whose leaf's path runs within its fraction with them (entitled or not)."""
+        those whose leaf would run within its fraction with them (issue 24's words; the levels
+        above and the nodes aside: measured, never a finding)."""
         entitled: set[str] = set()
         within: set[str] = set()
         if not self.pending_gangs:
@@ -586,22 +588,23 @@ class Referee:
             key = (spec.gpu_type, spec.project, spec.gpus)
             ok = known.get(key)
             if ok is None:
-                inside = self._gang_within(*key)
-                ok = known[key] = (inside and self._gang_nodes(*key), inside)
+                gpu_type, leaf, g = key
+                ok = known[key] = (self._gang_within(gpu_type, _path(leaf), g) and self._gang_nodes(*key),
+                                   self._gang_within(gpu_type, [leaf], g))
             if ok[0]:
                 entitled.add(wid)
             if ok[1]:
                 within.add(wid)
         return entitled, within
 
-    def _gang_within(self, gpu_type: str, leaf: str, g: int) -> bool:
-        """Whether every level of ``leaf``'s path would run, with ``g`` more GPUs, at most its
-        fraction of the pool."""
+    def _gang_within(self, gpu_type: str, levels: list[str], g: int) -> bool:
+        """Whether each of ``levels`` would run, with ``g`` more GPUs, at most its fraction of
+        the pool."""
         if gpu_type not in self.pool_gpus:
             return False
         pool = self.pool_gpus[gpu_type]
         return all(self.alloc.get((gpu_type, p), 0) + g <= self.fraction.get(p, 0) * pool + 1e-9
-                   for p in _path(leaf))
+                   for p in levels)
 
     def _gang_nodes(self, gpu_type: str, leaf: str, g: int) -> bool:
         """Whether enough healthy whole nodes hold only free GPUs, unallocated work and
