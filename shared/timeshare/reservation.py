@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 from .cluster import NODE_HEALTHY, Pool
 from .queue import LeafQueue
 from .fairshare import FairShareView
-from .state import SchedulerState
+from .state import SchedulerState, Workload
 from .units import Seconds
 from .victims import VictimLimit
 
@@ -33,6 +33,17 @@ class Reservation(NamedTuple):
     leaf: str
     nodes: frozenset[int]
     until_s: Seconds
+
+
+def keeps_off(reservation: Reservation | None, w: Workload, view: FairShareView, now_s: Seconds) -> bool:
+    """Whether ``reservation`` keeps ``w`` off its nodes: unless ``w`` is the gang, its
+    protection ends by the time the gang can start, or its leaf stands before the gang's where
+    their paths part (rule "reservations obey the order": a reservation never holds GPUs a more
+    deserving leaf could use now)."""
+    if reservation is None or w.id == reservation.workload_id or now_s + w.min_runtime_s <= reservation.until_s:
+        return False
+    split = view.tree.divergence(w.leaf, reservation.leaf)
+    return split is None or not view.key(split[0]) < view.key(split[1])
 
 
 def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: Seconds,
@@ -127,5 +138,6 @@ def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple
                 t = math.inf
                 break
         times[node.index] = t
-    state.caches.reserve_times[key] = (pool.change_seq, allowed, times)
+    if use_cache:
+        state.caches.reserve_times[key] = (pool.change_seq, allowed, times)
     return times
