@@ -30,13 +30,13 @@ def first_start_s(run, wid: str) -> float | None:
     return None
 
 
-def _stream(nodes: int, gap_s: int, gang_gpus: int) -> ScenarioBuilder:
+def _stream(nodes: int, gap_s: int, gang_gpus: int, work: str = "3h") -> ScenarioBuilder:
     """b submits a 4-GPU job protected for 2 h every ``gap_s``, far beyond its half; a asks for
     one gang within its half after an hour."""
     builder = (ScenarioBuilder(duration=30 * HOUR).pool("H100", nodes, 8).teams(a=1, b=1)
                .policy(catch_up=0.0, max_min_runtime_s="2h"))
     for i in range(40):
-        builder.workload(f"b{i}", "b", gpus=4, work="3h", min_runtime="2h", resumable=True, submit=i * gap_s)
+        builder.workload(f"b{i}", "b", gpus=4, work=work, min_runtime="2h", resumable=True, submit=i * gap_s)
     builder.workload("gang", "a", gpus=gang_gpus, work="2h", min_runtime="1h", resumable=True, submit=HOUR)
     return builder
 
@@ -49,5 +49,17 @@ def test_a_gang_within_its_share_starts_within_the_longest_protection_under_a_st
 
 def test_a_gang_of_half_the_pool_starts_within_the_longest_protection():
     run = refereed(_stream(8, 600, 32).build())
+    started = first_start_s(run, "gang")
+    assert started is not None and started - HOUR <= 2 * HOUR + 60
+
+
+def test_a_gang_within_its_share_behind_a_larger_one_of_its_own_leaf_gets_the_reservation():
+    # a's 32-GPU gang (the whole pool, beyond a's half) came first and borrows: it gets no
+    # reservation, and neither did the 16-GPU gang behind it before issue 24
+    # (b's jobs are protected all their life: a node frees only when a reservation keeps b's
+    # next job off it)
+    builder = _stream(4, 600, 16, work="2h")
+    builder.workload("big", "a", gpus=32, work="2h", min_runtime="1h", resumable=True, submit=HOUR - 60)
+    run = refereed(builder.build())
     started = first_start_s(run, "gang")
     assert started is not None and started - HOUR <= 2 * HOUR + 60
