@@ -105,8 +105,8 @@ class BudgetPolicy:
                 state.pass_again = False
                 made = _schedule_pool(state, pool, now_s, cached, self.explain_rejected)
                 out += made
-                # (and one that gave allocated work beyond a due share GPUs while a request
-                # within its due share found no victim: the fills moved, it may find one now)
+                # (and one that gave allocated work beyond a due share GPUs: the fills moved, a
+                # request within its due share that found no victim may find one now)
                 if not state.pass_again and not any(isinstance(e, ev.WorkloadPreempted) for e in made):
                     break
                 state.pass_seq.pop(gpu_type, None)  # the pass that follows is a full one
@@ -189,7 +189,7 @@ class _Pass:
 
     __slots__ = ("state", "pool", "now_s", "now_ms", "cached", "queues", "view", "out", "statement", "fair",
                  "hysteresis", "reservation", "active", "headroom_gpus", "explain_rejected", "held_back",
-                 "unserved_within", "grew_beyond")
+                 "grew_beyond")
 
     def __init__(self, state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool,
                  queues: dict[tuple[str, str, str], LeafQueue], explain_rejected: bool = False):
@@ -201,9 +201,10 @@ class _Pass:
         self.queues = queues
         #: whether rule "no cascade" held a preemption back in this pass
         self.held_back = False
-        #: a request within its due share found neither free GPUs nor victims (phase 3), and
-        #: allocated work beyond a due share started (phase 4): then another pass follows
-        self.unserved_within = False
+        #: allocated work beyond a due share started in phase 4: the fills moved, so a request
+        #: within its due share that found no victim may find one now; another pass follows
+        #: (whether one failed is not asked: the caches skip some failures the rules would
+        #: also refuse, and the passes must not depend on them)
         self.grew_beyond = False
         #: whether each preemption's reason lists the candidates it did not take (rejected.py)
         self.explain_rejected = explain_rejected
@@ -273,7 +274,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     _phase3_within_due_shares(p)
     _phase4_everything_else(p)
     state.pass_seq[pool.gpu_type] = pool.change_seq
-    if p.unserved_within and p.grew_beyond:
+    if p.grew_beyond:
         state.pass_again = True
     if p.held_back:
         # rule "no cascade" held a preemption back: a full pass looks again a little later
@@ -371,7 +372,6 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
                     and memo.key == (tuple(p.victims_for(leaf, min_gpus).items())
                                      if state.lost_at_ms.get(leaf) != p.now_ms else (), None, None, -1):
-                p.unserved_within = True
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         p.activate(leaf, 1)
@@ -426,7 +426,6 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             # a larger request of this leaf fails too, unless this one failed only for being
             # kept off the reserved nodes (the gang is not) or for a cap (which depends on the
             # order of costs)
-            p.unserved_within = True
             if not exclude and not capped:
                 turn.preempt_fail = gpus
             if exclude and not capped:
