@@ -131,8 +131,6 @@ class SchedulerState:
         #: a pass that held a preemption back under "no cascade" asks for another pass at this
         #: time (the simulator wakes then; the live placement's timer runs one anyway)
         self.retry_at_s: Seconds | None = None
-        #: the last pass of a pool asks for another at the same instant (scheduler.py)
-        self.pass_again = False
         self.last_event_ms = 0
         #: completions first, live: work whose minimum runtime covers all its remaining work is
         #: protected this much longer, so that the moment it ends by itself is not also the
