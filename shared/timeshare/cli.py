@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     schemas = sub.add_parser("schemas", help="write the JSON Schema of every event (make schemas)")
     schemas.add_argument("dir", nargs="?", default="schemas")
     schemas.set_defaults(func=write_schemas)
-    for module in ("timeshare.sim.referee", "timeshare.importers.cli", "timeshare.report.cli", "services.cli"):
+    for module in ("timeshare.importers.cli", "timeshare.report.cli", "services.cli"):
         try:
             mod = __import__(module, fromlist=["add_parser"])
         except ImportError:

@@ -40,8 +40,6 @@ from .fairshare import FairShareView
 from .tree import AllocationTree
 from .units import Seconds
 
-#: no victim of this subtree may go
-NONE: int = -1
 #: the rule that let a fair-share preemption happen, as its reason names it
 RULE_DUE_SHARE = "due_share"
 RULE_UNALLOCATED = "unallocated"

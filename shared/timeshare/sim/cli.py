@@ -27,6 +27,36 @@ def add_parsers(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
     p.set_defaults(func=simulate_command)
+    c = sub.add_parser("check", help="referee a run: broken promises read from its event log and its scenario")
+    c.add_argument("scenario", help="scenario TOML file")
+    c.add_argument("events", help="events.jsonl of a run of that scenario")
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="the same overrides the run was made with")
+    c.add_argument("--limit", type=int, default=20, help="findings to print per kind (default 20)")
+    c.set_defaults(func=check_command)
+
+
+def check_command(args) -> int:
+    """``timeshare check``: the referee's findings (sim/referee.py), by kind; exit 1 when any."""
+    from .referee import Finding, check
+
+    try:
+        scenario = load_scenario(args.scenario, parse_overrides(args.set))
+        with open(args.events, "rb") as f:
+            decoded = [ev.decoder.decode(line) for line in f if line.strip()]
+    except (InputError, OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    findings = check(scenario, decoded)
+    by_kind: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_kind.setdefault(f.kind, []).append(f)
+    for kind in sorted(by_kind):
+        print(f"{kind}: {len(by_kind[kind])}")
+        for f in by_kind[kind][: args.limit]:
+            print(f"  {f}")
+    print(f"{len(findings)} findings in {len(decoded)} events")
+    return 1 if findings else 0
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

@@ -35,7 +35,7 @@ reports, each with the events that show it:
   allocated request while some subtree from where their paths part down to the victim's leaf
   ran at most its fraction of the pool just before the decision.
 
-``timeshare check SCENARIO EVENTS`` prints the findings (exit 1 when there are any).
+``timeshare check SCENARIO EVENTS`` (sim/cli.py) prints the findings (exit 1 when there are any).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from .. import events as ev
+from ..tree import ancestors
 from .scenario import Scenario
 from ..workload import PRIORITY_RANK
 
@@ -75,7 +76,6 @@ class _Run:
     allocated: bool
     protected_until_ms: int | None
     nodes: list[tuple[str, int]]  # (node, GPUs there)
-    started_ms: int
 
 
 class _Usage:
@@ -137,11 +137,6 @@ def _fractions(allocations: dict[str, float]) -> tuple[dict[str, float], dict[st
     return fraction, share, parent
 
 
-def _path(leaf: str) -> list[str]:
-    parts = leaf.split("/")
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
 def _parting(a: str, b: str) -> int:
     """The depth at which the paths of two leaves part (their first differing level)."""
     pa, pb = a.split("/"), b.split("/")
@@ -184,7 +179,6 @@ class Referee:
         self.pending_index: dict[tuple[str, bool, int], dict[str, int]] = {}
         #: pending allocated whole-node gangs (a reservation may hold nodes for them)
         self.pending_gangs: dict[str, object] = {}
-        self.pending_since_ms: dict[str, int] = {}
         self.running: dict[str, _Run] = {}
         # per (GPU type, subtree): allocated GPUs and all GPUs running
         self.alloc: dict[tuple[str, str], int] = {}
@@ -204,7 +198,6 @@ class Referee:
         self.reported: set = set()
         # decisions seen this instant: preemptor id -> counts before its first victim
         self.decision_before: dict[str, dict[tuple[str, str], int]] = {}
-        self.pending_preemptions: list[ev.WorkloadPreempted] = []
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, events: Iterable[ev.Event], end_s: float | None = None) -> list[Finding]:
@@ -240,7 +233,7 @@ class Referee:
         return spec is not None and spec.min_runtime_s > 0 and self.fraction.get(spec.project, 0) > 0
 
     def _charge(self, r: _Run, sign: int) -> None:
-        for p in _path(r.leaf):
+        for p in ancestors(r.leaf):
             key = (r.gpu_type, p)
             self.total[key] = self.total.get(key, 0) + sign * r.gpus
             if r.allocated:
@@ -285,11 +278,10 @@ class Referee:
         if isinstance(e, ev.WorkloadSubmitted):
             self.specs[e.workload.id] = e.workload
             self._pend(e.workload.id, e.workload)
-            self.pending_since_ms[e.workload.id] = e.at_ms
         elif isinstance(e, ev.WorkloadStarted):
             self._unpend(e.workload_id)
             r = _Run(e.project, e.gpu_type, e.gpus, e.allocated, e.protected_until_ms,
-                     [(p.node, len(p.gpu_ids)) for p in e.placement], e.at_ms)
+                     [(p.node, len(p.gpu_ids)) for p in e.placement])
             self.running[e.workload_id] = r
             for node, n in r.nodes:
                 self.nodes[node].holders[e.workload_id] = n
@@ -302,7 +294,6 @@ class Referee:
             spec = self.specs.get(e.workload_id)
             if spec is not None:
                 self._pend(e.workload_id, spec)
-                self.pending_since_ms[e.workload_id] = e.at_ms
         elif isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled)):
             self._unpend(e.workload_id)
             self._stop(e.workload_id)
@@ -392,7 +383,7 @@ class Referee:
         if self.catch_up_zero and victim.allocated and by_allocated:
             counts = self.decision_before[by_id]
             pool = self.pool_gpus[gpu_type]
-            path = _path(victim.leaf)
+            path = ancestors(victim.leaf)
             for p in path[d:]:
                 running = counts.get((gpu_type, p), 0)
                 if running <= self.fraction.get(p, 0) * pool + 1e-9:
@@ -517,13 +508,13 @@ class Referee:
             if r.leaf == leaf or (r.protected_until_ms is not None and r.protected_until_ms > self.now_ms):
                 return None
             d = _parting(leaf, r.leaf)
-            for p in _path(leaf)[d:]:
+            for p in ancestors(leaf)[d:]:
                 if self.alloc.get((gpu_type, p), 0) + g > self.fraction.get(p, 0) * pool + 1e-9:
                     return None
-            for p in _path(r.leaf)[d:]:
+            for p in ancestors(r.leaf)[d:]:
                 if self.alloc.get((gpu_type, p), 0) <= (1 + h) * self.fraction.get(p, 0) * pool + 1e-9:
                     return None
-            return tuple(_path(r.leaf)[d:]), r.gpus
+            return tuple(ancestors(r.leaf)[d:]), r.gpus
 
         def room(side: str) -> float:
             return self.alloc.get((gpu_type, side), 0) - self.fraction.get(side, 0) * pool
@@ -610,40 +601,3 @@ class Referee:
 def check(scenario: Scenario, events: Iterable[ev.Event], end_s: float | None = None) -> list[Finding]:
     """Every finding of one run (see the module's docstring)."""
     return Referee(scenario).read(events, end_s)
-
-
-def add_parsers(sub) -> None:
-    p = sub.add_parser("check", help="referee a run: broken promises read from its event log and its scenario")
-    p.add_argument("scenario", help="scenario TOML file")
-    p.add_argument("events", help="events.jsonl of a run of that scenario")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="the same overrides the run was made with")
-    p.add_argument("--limit", type=int, default=20, help="findings to print per kind (default 20)")
-    p.set_defaults(func=check_command)
-
-
-def check_command(args) -> int:
-    import sys
-
-    from .cli import parse_overrides
-    from .errors import InputError
-    from .scenario import load_scenario
-
-    try:
-        scenario = load_scenario(args.scenario, parse_overrides(args.set))
-        with open(args.events, "rb") as f:
-            decoded = [ev.decoder.decode(line) for line in f if line.strip()]
-    except (InputError, OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    findings = check(scenario, decoded)
-    by_kind: dict[str, list[Finding]] = {}
-    for f in findings:
-        by_kind.setdefault(f.kind, []).append(f)
-    for kind in sorted(by_kind):
-        shown = by_kind[kind][: args.limit]
-        print(f"{kind}: {len(by_kind[kind])}")
-        for f in shown:
-            print(f"  {f}")
-    print(f"{len(findings)} findings in {len(decoded)} events")
-    return 1 if findings else 0
