@@ -41,6 +41,9 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: how strongly the window's memory moves the share due now: due = share x (1 + catch_up x
     #: (1 - usage ratio)); 0 orders by the instantaneous share alone
     catch_up: float = 1.0
+    #: whether the most deserving entitled gang of each pool holds a reservation (reservation.py):
+    #: off only to measure what reservations buy (examples/large-gangs sweeps it)
+    gang_reservations: bool = True
     #: simulator: after a non-resumable workload is preempted, its user resubmits it after this
     resubmit_delay_s: int = 600
     #: baseline: a drain that cannot finish within this needs a human (defaults to the cap)

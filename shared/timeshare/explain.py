@@ -19,9 +19,11 @@ import msgspec
 from . import events as ev
 from .durations import format_duration_s
 from .fairshare import FairShareView
+from .reservation import Reservation, keeps_off, plan_reservation
 from .rules import room_by_depth
 from .state import PENDING, RUNNING, SchedulerState, Workload
 from .units import Seconds
+from .victims import victims_for
 
 
 def _view(state: SchedulerState, gpu_type: str, now_s: Seconds) -> FairShareView:
@@ -84,6 +86,71 @@ def _earliest_room_s(state: SchedulerState, w: Workload, now_s: Seconds) -> tupl
         return math.inf, None
     at, blocker, _ = per_node[need - 1]
     return at, blocker
+
+
+def pool_reservation(state: SchedulerState, gpu_type: str, now_s: Seconds,
+                     view: FairShareView | None = None) -> Reservation | None:
+    """The gang reservation the next pass of ``gpu_type`` would hold (reservation.py), computed
+    afresh from the state (its caches neither read nor written)."""
+    pool = state.cluster.pool(gpu_type)
+    view = view if view is not None else _view(state, gpu_type, now_s)
+    config = state.config
+    if not config.gang_reservations:
+        return None
+    fair = config.unallocated_preemption == "fair"
+
+    def limits(leaf: str, gpus: int) -> dict:
+        return victims_for(view, state.tree, config.preemption_hysteresis, fair, leaf, gpus)
+
+    return plan_reservation(state, pool, view, now_s, limits, cached=False)
+
+
+def node_span(names: list[str]) -> str:
+    """Node names as ranges: ``H100-040..071, H100-090``."""
+    parts: list[str] = []
+    run: list[tuple[str, int]] = []
+    for name in sorted(names):
+        prefix, _, number = name.rpartition("-")
+        item = (prefix, int(number)) if number.isdigit() else (name, -1)
+        if run and item[1] >= 0 and item[0] == run[-1][0] and item[1] == run[-1][1] + 1:
+            run.append(item)
+            continue
+        if run:
+            parts.append(_span(run))
+        run = [item]
+    if run:
+        parts.append(_span(run))
+    return ", ".join(parts)
+
+
+def _span(run: list[tuple[str, int]]) -> str:
+    prefix, first = run[0]
+    if first < 0:
+        return prefix
+    width = 3
+    last = run[-1][1]
+    return f"{prefix}-{first:0{width}d}" + (f"..{last:0{width}d}" if last != first else "")
+
+
+def _reservation_lines(state: SchedulerState, w: Workload, view: FairShareView, now_s: Seconds,
+                       out: dict[str, Any]) -> list[str]:
+    """What the pool's gang reservation means for pending ``w`` (none: no line)."""
+    reservation = pool_reservation(state, w.gpu_type, now_s, view)
+    if reservation is None:
+        return []
+    pool = state.cluster.pool(w.gpu_type)
+    names = [pool.nodes[i].name for i in sorted(reservation.nodes)]
+    span = node_span(names)
+    when = "now" if reservation.until_s <= now_s else f"in {format_duration_s(reservation.until_s - now_s)}"
+    out["reservation"] = {"workload_id": reservation.workload_id, "project": reservation.leaf, "nodes": names,
+                          "until_s": reservation.until_s}
+    if reservation.workload_id == w.id:
+        return [f"Reserved for it: {span}, free of protected work {when}; until then only work that will be "
+                f"preemptible by then, unallocated work and requests of teams before {w.leaf} start there."]
+    if keeps_off(reservation, w, view, now_s):
+        return [f"It may not start on {span}: they are reserved for {reservation.workload_id} "
+                f"({reservation.leaf}), free of protected work {when}, and its protection would last past that."]
+    return []
 
 
 #: rejected candidates the sentence names (the reason keeps a few more: rejected.SHOWN)
@@ -164,6 +231,8 @@ def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemp
             unit = "whole nodes" if w.gpus > state.cluster.pool(w.gpu_type).gpus_per_node else "GPUs on one node"
             lines.append(f"It needs {w.gpus} {w.gpu_type} {unit}; the earliest they can be freed is in "
                          f"{format_duration_s(at_s - now_s)}, when the protection of {blocker} ends.")
+        if phase == "allocated":
+            lines += _reservation_lines(state, w, view, now_s, out)
     elif w.state == RUNNING:
         out.update(allocated=w.allocated, protected_until_s=w.protected_until_s, nodes=[n.name for n, _ in w.placement])
         if not w.allocated:

@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 from .cluster import NODE_HEALTHY, Pool
 from .queue import LeafQueue
 from .fairshare import FairShareView
-from .state import SchedulerState
+from .state import SchedulerState, Workload
 from .units import Seconds
 from .victims import VictimLimit
 
@@ -35,6 +35,17 @@ class Reservation(NamedTuple):
     until_s: Seconds
 
 
+def keeps_off(reservation: Reservation | None, w: Workload, view: FairShareView, now_s: Seconds) -> bool:
+    """Whether ``reservation`` keeps ``w`` off its nodes: unless ``w`` is the gang, its
+    protection ends by the time the gang can start, or its leaf stands before the gang's where
+    their paths part (rule "reservations obey the order": a reservation never holds GPUs a more
+    deserving leaf could use now)."""
+    if reservation is None or w.id == reservation.workload_id or now_s + w.min_runtime_s <= reservation.until_s:
+        return False
+    split = view.tree.divergence(w.leaf, reservation.leaf)
+    return split is None or not view.key(split[0]) < view.key(split[1])
+
+
 def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: Seconds,
                      victims_for: Callable[[str, int], dict],
                      queues: dict[tuple[str, str, str], LeafQueue] | None = None,
@@ -45,10 +56,14 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
         return None  # most passes: no funded gang waits, so no fair-share order is needed
     index = state.tree.index
     for leaf in view.leaf_order(heads):  # only leaves with a gang pending, in fair-share order
-        head, gpus = heads[leaf]
         i = index[leaf]
-        if view.fill_at(i, gpus) > 1.0 and not (view.fill_at(i) < 1.0 and gpus <= view.due_at(i)):
-            continue  # a gang beyond the leaf's due share borrows; it gets no reservation
+        # the leaf's first gang (its own order) that fits within its due share: a larger one
+        # ahead of it borrows, gets no reservation, and phase 3 passes it over as well
+        for head, gpus in heads[leaf]:
+            if view.fill_at(i, gpus) <= 1.0 or (view.fill_at(i) < 1.0 and gpus <= view.due_at(i)):
+                break
+        else:
+            continue
         need = gpus // gpn
         if len(pool.buckets[gpn]) >= need:
             return None  # it fits now and starts in this pass
@@ -65,9 +80,9 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
 
 
 def _pending_gangs(state: SchedulerState, pool: Pool,
-                   queues: dict[tuple[str, str, str], LeafQueue]) -> dict[str, tuple[tuple, int]]:
-    """Per leaf with a due share and allocated whole-node gangs pending: its first gang's
-    (queue key, GPUs)."""
+                   queues: dict[tuple[str, str, str], LeafQueue]) -> dict[str, list[tuple[tuple, int]]]:
+    """Per leaf with a due share and allocated whole-node gangs pending: the head of each gang
+    size, as (queue key, GPUs), in the leaf's own order."""
     gpn = pool.gpus_per_node
     nodes = state.tree.nodes
     heads = {}
@@ -75,15 +90,10 @@ def _pending_gangs(state: SchedulerState, pool: Pool,
         q = queues.get((pool.gpu_type, leaf, "a"))
         if q is None or not q.count or nodes[leaf].fraction <= 0:
             continue
-        # the first gang: the smallest (key, GPUs) among the heads of the sizes above a node
-        best: tuple[tuple, int] | None = None
-        for g, keys in q.by_size.items():
-            if g > gpn:
-                head = (keys[0], g)
-                if best is None or head < best:
-                    best = head
-        if best is not None:
-            heads[leaf] = best
+        # a size's head is its first gang; a later gang of the same size fits no better
+        gangs = sorted((keys[0], g) for g, keys in q.by_size.items() if g > gpn)
+        if gangs:
+            heads[leaf] = gangs
     return heads
 
 
@@ -128,5 +138,6 @@ def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple
                 t = math.inf
                 break
         times[node.index] = t
-    state.caches.reserve_times[key] = (pool.change_seq, allowed, times)
+    if use_cache:
+        state.caches.reserve_times[key] = (pool.change_seq, allowed, times)
     return times

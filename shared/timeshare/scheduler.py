@@ -38,7 +38,7 @@ from .fairshare import FairShareView
 from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .rejected import rejected_candidates, with_rejected
-from .reservation import Reservation, plan_reservation
+from .reservation import Reservation, keeps_off, plan_reservation
 from .rules import RULE_DUE_SHARE, RULE_UNALLOCATED, room_by_depth, runs_allocated
 from .state import PENDING, SchedulerState, Workload
 from .tree import AllocationTree
@@ -224,15 +224,9 @@ class _Pass:
         return False
 
     def excluded_for(self, w: Workload) -> frozenset[int]:
-        """Reserved nodes, unless ``w`` is the gang, its protection ends by the reservation, or
-        its leaf stands before the gang's where their paths part (rule "reservations obey the
-        order": a reservation never holds GPUs a more deserving leaf could use now)."""
+        """The reserved nodes, if the reservation keeps ``w`` off them (reservation.keeps_off)."""
         reservation = self.reservation
-        if reservation is None or w.id == reservation.workload_id \
-                or self.now_s + w.min_runtime_s <= reservation.until_s:
-            return frozenset()
-        split = self.state.tree.divergence(w.leaf, reservation.leaf)
-        if split is not None and self.view.key(split[0]) < self.view.key(split[1]):
+        if reservation is None or not keeps_off(reservation, w, self.view, self.now_s):
             return frozenset()
         return reservation.nodes
 
@@ -267,7 +261,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     # over all pending work: the most deserving gang's nodes (reservation.py); only allocated
     # requests consult it
     p.reservation = plan_reservation(state, pool, p.view, now_s, p.victims_for, cached=cached) \
-        if any_allocated else None
+        if any_allocated and state.config.gang_reservations else None
     _phase3_within_due_shares(p)
     _phase4_everything_else(p)
     state.pass_seq[pool.gpu_type] = pool.change_seq

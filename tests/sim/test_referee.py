@@ -204,3 +204,23 @@ def test_the_referee_reports_one_team_holding_the_unallocated_tier():
              .submit(0, "b1", "b", 4, 0).start(0, "b1", "b", [4, 5, 6, 7], allocated=False)
              .submit(60, "a2", "a", 4, 0).submit(60, "b2", "b", 4, 0))
     assert check(scenario, level.events, 3 * HOUR) == []
+
+
+def test_the_referee_reports_an_entitled_gang_left_waiting_past_the_longest_protection():
+    # b runs the whole pool (twice its share), each node past its protection in 15 minutes; a's
+    # 16-GPU gang is within a's share: the scheduler starts it at once
+    builder = ScenarioBuilder(duration=6 * HOUR).pool("H100", 4, 8).teams(a=1, b=1).policy(
+        catch_up=0.0, max_min_runtime_s="2h")
+    for i in range(4):
+        builder.workload(f"b{i}", "b", gpus=8, work="20h", min_runtime="15m", resumable=True)
+    builder.workload("a16", "a", gpus=16, work="1h", min_runtime="15m", resumable=True, submit=HOUR)
+    scenario = builder.build()
+    run, findings = refereed(scenario)
+    assert findings == []
+    # a log in which a16 never starts and b keeps everything: starved past 2 h plus a pass
+    forged = [e for e in run.events
+              if not (getattr(e, "workload_id", None) == "a16" and not isinstance(e, ev.WorkloadSubmitted))
+              and not (isinstance(e, (ev.WorkloadPreempted, ev.WorkloadRequeued)) and e.workload_id.startswith("b"))
+              and not (isinstance(e, ev.WorkloadStarted) and e.workload_id.startswith("b") and e.at_ms > 0)]
+    starved = [f for f in check(scenario, forged, run.result.end_s) if f.kind == "gang starved"]
+    assert [f.at_s for f in starved] == [HOUR + 2 * HOUR + 60]

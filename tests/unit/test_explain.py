@@ -56,3 +56,18 @@ def test_unallocated_work_waiting_on_the_headroom_says_so():
     about = explain(h.state, waiting, 60)
     assert about["state"] == "pending" and about["phase"] == "unallocated"
     assert "leaves 8 H100 GPUs free for funded work to start on (the headroom; 8 are free now)" in about["summary"]
+
+
+def test_a_gang_that_holds_the_reservation_names_its_nodes_and_when_they_are_free():
+    # a runs all four nodes, protected for 1-4 h; b's 16-GPU gang is within b's half: the two
+    # nodes freed soonest are reserved for it, and a's new 8-h request may not start there
+    h = ScenarioBuilder().pool(nodes=4, gpus_per_node=8).teams(a=1, b=1).policy(catch_up=0.0).harness()
+    h.submit(*[spec(f"a{i}", "a", gpus=8, work="20h", min_runtime=f"{i + 1}h", resumable=True) for i in range(4)])
+    h.schedule(0)
+    h.submit(spec("b-gang", "b", gpus=16, min_runtime="1h", submit=600),
+             spec("a-long", "a", gpus=8, min_runtime="8h", submit=600))
+    about = explain(h.state, "b-gang", 600)
+    assert about["reservation"]["nodes"] == ["H100-000", "H100-001"]
+    assert "Reserved for it: H100-000..001, free of protected work in 1h50m" in about["summary"]
+    assert "It may not start on H100-000..001: they are reserved for b-gang (b)" in explain(
+        h.state, "a-long", 600)["summary"]

@@ -33,7 +33,19 @@ reports, each with the events that show it:
   request (a swap that would only reverse who is richer is no promise);
 * **within share taken** (``catch_up = 0``): allocated work is preempted for another leaf's
   allocated request while some subtree from where their paths part down to the victim's leaf
-  ran at most its fraction of the pool just before the decision.
+  ran at most its fraction of the pool just before the decision;
+* **gang starved** (``catch_up = 0``): a pending allocated whole-node gang stays *entitled*
+  for over ``max_min_runtime`` plus one pass (60 s) without starting, while no other allocated
+  gang of its pool started (a pool's reservation serves one gang at a time: each start gives
+  the next its full term). Entitled: every level of its leaf's path would run, with it, at
+  most its fraction of the pool, and enough healthy whole nodes hold only free GPUs,
+  unallocated work, and allocated work that "not served" would let go once its minimum
+  runtime is over (protections end within ``max_min_runtime``: issue 24's promise that a
+  reservation can keep).
+
+Besides the findings, the referee keeps each allocated gang's entitled wait (``gang_waits``:
+the time it spent pending while entitled before each start, under any ``catch_up``; with
+``catch_up > 0`` the fraction stands in for the due share the policy uses).
 
 ``timeshare check SCENARIO EVENTS`` (sim/cli.py) prints the findings (exit 1 when there are any).
 """
@@ -54,6 +66,26 @@ from ..workload import PRIORITY_RANK
 SERVE_WITHIN_S = 60
 #: how long equal teams' unallocated work may stay unequal
 TIER_WITHIN_S = 3600
+#: "gang starved": the pass after the last protection ends, on top of max_min_runtime
+GANG_PASS_S = SERVE_WITHIN_S
+
+
+@dataclass
+class GangWait:
+    """One start of an allocated whole-node gang, and how long it waited for it."""
+
+    workload_id: str
+    project: str
+    gpus: int
+    #: from submission (or requeue) to this start
+    wait_s: float
+    #: the part of that wait during which the gang was entitled ("gang starved")
+    entitled_s: float
+    #: the part during which its leaf would have run within its fraction with it (the levels
+    #: above and the nodes aside)
+    within_s: float
+    #: whether this is the workload's first start
+    first: bool
 
 
 @dataclass
@@ -137,6 +169,32 @@ def _fractions(allocations: dict[str, float]) -> tuple[dict[str, float], dict[st
     return fraction, share, parent
 
 
+class _Stretches:
+    """Per pending workload: since when a condition holds, and how long it held before."""
+
+    def __init__(self) -> None:
+        self.since: dict[str, int] = {}
+        self.before_ms: dict[str, int] = {}
+
+    def hold(self, now_true: set[str], now_ms: int) -> None:
+        for wid in list(self.since):
+            if wid not in now_true:
+                self.before_ms[wid] = self.before_ms.get(wid, 0) + now_ms - self.since.pop(wid)
+        for wid in now_true:
+            self.since.setdefault(wid, now_ms)
+
+    def total_ms(self, wid: str, now_ms: int) -> int:
+        since = self.since.get(wid)
+        return self.before_ms.get(wid, 0) + (now_ms - since if since is not None else 0)
+
+    def close(self, wid: str, now_ms: int) -> int:
+        """The time the condition held for ``wid`` up to ``now_ms``; forgets ``wid``."""
+        total = self.total_ms(wid, now_ms)
+        self.since.pop(wid, None)
+        self.before_ms.pop(wid, None)
+        return total
+
+
 def _parting(a: str, b: str) -> int:
     """The depth at which the paths of two leaves part (their first differing level)."""
     pa, pb = a.split("/"), b.split("/")
@@ -179,6 +237,7 @@ class Referee:
         self.pending_index: dict[tuple[str, bool, int], dict[str, int]] = {}
         #: pending allocated whole-node gangs (a reservation may hold nodes for them)
         self.pending_gangs: dict[str, object] = {}
+        self.pending_since_ms: dict[str, int] = {}
         self.running: dict[str, _Run] = {}
         # per (GPU type, subtree): allocated GPUs and all GPUs running
         self.alloc: dict[tuple[str, str], int] = {}
@@ -198,6 +257,14 @@ class Referee:
         self.reported: set = set()
         # decisions seen this instant: preemptor id -> counts before its first victim
         self.decision_before: dict[str, dict[tuple[str, str], int]] = {}
+        # "gang starved": pending allocated gangs' stretches of being entitled, and of their
+        # leaf being within its fraction with them (measured only); per GPU type, when an
+        # allocated gang last started
+        self.gang_entitled = _Stretches()
+        self.gang_within = _Stretches()
+        self.gang_started_ms: dict[str, int] = {}
+        self.started_before: set[str] = set()
+        self.gang_waits: list[GangWait] = []
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, events: Iterable[ev.Event], end_s: float | None = None) -> list[Finding]:
@@ -278,7 +345,10 @@ class Referee:
         if isinstance(e, ev.WorkloadSubmitted):
             self.specs[e.workload.id] = e.workload
             self._pend(e.workload.id, e.workload)
+            self.pending_since_ms[e.workload.id] = e.at_ms
         elif isinstance(e, ev.WorkloadStarted):
+            if e.workload_id in self.pending_gangs:
+                self._gang_started(e)
             self._unpend(e.workload_id)
             r = _Run(e.project, e.gpu_type, e.gpus, e.allocated, e.protected_until_ms,
                      [(p.node, len(p.gpu_ids)) for p in e.placement])
@@ -294,6 +364,7 @@ class Referee:
             spec = self.specs.get(e.workload_id)
             if spec is not None:
                 self._pend(e.workload_id, spec)
+                self.pending_since_ms[e.workload_id] = e.at_ms
         elif isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled)):
             self._unpend(e.workload_id)
             self._stop(e.workload_id)
@@ -303,6 +374,14 @@ class Referee:
         elif isinstance(e, ev.NodeRepaired):
             if e.node in self.nodes:
                 self.nodes[e.node].healthy = True
+
+    def _gang_started(self, e: ev.WorkloadStarted) -> None:
+        wid = e.workload_id
+        self.gang_waits.append(GangWait(wid, e.project, e.gpus, (e.at_ms - self.pending_since_ms[wid]) / 1000,
+                                        self.gang_entitled.close(wid, e.at_ms) / 1000,
+                                        self.gang_within.close(wid, e.at_ms) / 1000, wid not in self.started_before))
+        self.started_before.add(wid)
+        self.gang_started_ms[e.gpu_type] = e.at_ms
 
     def _pend(self, wid: str, spec) -> None:
         if wid in self.pending:
@@ -417,6 +496,18 @@ class Referee:
                 self.reported.add(("idle", key, since))
                 self._find("idle", f"free GPUs of {key[0]} fit a pending {key[2]} request of {key[1]} GPUs "
                                    f"from {since / 1000:.0f}s", [], since + SERVE_WITHIN_S * 1000)
+        if self.catch_up_zero:
+            term_ms = self.max_min_runtime_ms + GANG_PASS_S * 1000
+            for wid, since in self.gang_entitled.since.items():
+                spec = self.pending.get(wid)
+                if spec is None or ("gang", wid) in self.reported:
+                    continue
+                clock = max(since, self.gang_started_ms.get(spec.gpu_type, since))
+                if at_ms - clock > term_ms:
+                    self.reported.add(("gang", wid))
+                    self._find("gang starved", f"{wid} ({spec.project}, {spec.gpus} GPUs) entitled from "
+                                               f"{clock / 1000:.0f}s, no gang of {spec.gpu_type} started since",
+                               [], clock + term_ms)
         for key, since in list(self.tier_since.items()):
             if at_ms - since > TIER_WITHIN_S * 1000 and ("tier", key, since) not in self.reported:
                 self.reported.add(("tier", key, since))
@@ -457,6 +548,9 @@ class Referee:
                     nodes = [n for n in self.nodes.values() if n.gpu_type == spec.gpu_type and n.healthy]
                     if self._could_start(spec, nodes, self.gpn[spec.gpu_type]):
                         entitled.add(wid)
+        entitled_gangs, within_gangs = self._entitled_gangs()
+        self.gang_entitled.hold(entitled_gangs, now)
+        self.gang_within.hold(within_gangs, now)
         for wid in list(self.entitled_since):
             if wid not in entitled:
                 del self.entitled_since[wid]
@@ -473,6 +567,86 @@ class Referee:
                 del self.tier_since[key]
         for key in tier:
             self.tier_since.setdefault(key, now)
+
+    def _entitled_gangs(self) -> tuple[set[str], set[str]]:
+        """Pending allocated gangs that are entitled now (see the module's "gang starved"), and
+        those whose leaf would run within its fraction with them (issue 24's words; the levels
+        above and the nodes aside: measured, never a finding)."""
+        entitled: set[str] = set()
+        within: set[str] = set()
+        if not self.pending_gangs:
+            return entitled, within
+        known: dict[tuple[str, str, int], tuple[bool, bool]] = {}
+        for wid in sorted(self.pending_gangs):
+            spec = self.pending_gangs[wid]
+            key = (spec.gpu_type, spec.project, spec.gpus)
+            ok = known.get(key)
+            if ok is None:
+                gpu_type, leaf, g = key
+                ok = known[key] = (self._gang_within(gpu_type, ancestors(leaf), g) and self._gang_nodes(*key),
+                                   self._gang_within(gpu_type, [leaf], g))
+            if ok[0]:
+                entitled.add(wid)
+            if ok[1]:
+                within.add(wid)
+        return entitled, within
+
+    def _gang_within(self, gpu_type: str, levels: list[str], g: int) -> bool:
+        """Whether each of ``levels`` would run, with ``g`` more GPUs, at most its fraction of
+        the pool."""
+        if gpu_type not in self.pool_gpus:
+            return False
+        pool = self.pool_gpus[gpu_type]
+        return all(self.alloc.get((gpu_type, p), 0) + g <= self.fraction.get(p, 0) * pool + 1e-9
+                   for p in levels)
+
+    def _gang_nodes(self, gpu_type: str, leaf: str, g: int) -> bool:
+        """Whether enough healthy whole nodes hold only free GPUs, unallocated work and
+        allocated work that may go for ``leaf`` once its minimum runtime is over."""
+        pool = self.pool_gpus[gpu_type]
+        h = self.hysteresis
+        parting_ok: dict[str, tuple[str, ...] | None] = {}
+
+        def sides(r: _Run) -> tuple[str, ...] | None:
+            """The victim's levels from the parting down, if its work may go once protection
+            ends (None: it stays)."""
+            if r.leaf in parting_ok:
+                return parting_ok[r.leaf]
+            d = _parting(leaf, r.leaf)
+            out: tuple[str, ...] | None = tuple(ancestors(r.leaf)[d:])
+            for p in out or ():
+                if self.alloc.get((gpu_type, p), 0) <= (1 + h) * self.fraction.get(p, 0) * pool + 1e-9:
+                    out = None
+                    break
+            parting_ok[r.leaf] = out
+            return out
+
+        need = math.ceil(g / self.gpn[gpu_type])
+        chosen = 0
+        lost: dict[str, int] = {}
+        for n in sorted((n for n in self.nodes.values() if n.gpu_type == gpu_type and n.healthy),
+                        key=lambda n: (-n.free, n.name)):
+            extra: dict[str, int] = {}
+            ok = True
+            for wid in sorted(n.holders):
+                r = self.running[wid]
+                if not r.allocated:
+                    continue
+                s = None if r.leaf == leaf else sides(r)
+                if s is None:
+                    ok = False
+                    break
+                for side in s:
+                    extra[side] = extra.get(side, 0) + r.gpus
+            if not ok or any(lost.get(s, 0) + k > self.alloc.get((gpu_type, s), 0)
+                             - self.fraction.get(s, 0) * pool + 1e-9 for s, k in extra.items()):
+                continue
+            for s, k in extra.items():
+                lost[s] = lost.get(s, 0) + k
+            chosen += 1
+            if chosen >= need:
+                return True
+        return False
 
     def _behind_a_gang(self, wid: str, spec) -> bool:
         """Whether a pending gang may hold a reservation that ``spec`` yields to: another leaf's

@@ -155,13 +155,17 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise reader.error(f"policy.{key}", f"must be a non-negative number, got {value!r}")
             kwargs[key] = float(value)
+        elif key == "gang_reservations":
+            if not isinstance(value, bool):
+                raise reader.error(f"policy.{key}", f"must be true or false, got {value!r}")
+            kwargs[key] = value
         elif key == "unallocated_preemption":
             if value not in UNALLOCATED_PREEMPTION:
                 raise reader.error(f"policy.{key}", f"must be one of {', '.join(UNALLOCATED_PREEMPTION)}, got {value!r}")
             kwargs[key] = value
         else:
             raise reader.error(f"policy.{key}", "unknown policy setting "
-                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, *_POLICY_NUMBERS, 'unallocated_preemption']))})")
+                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, *_POLICY_NUMBERS, 'unallocated_preemption', 'gang_reservations']))})")
     try:
         policy = PolicyConfig(**kwargs).validate()
     except ValueError as exc:
