@@ -288,7 +288,7 @@ def create_app(gw) -> FastAPI:
                             resumable=req.resumable, user=who.user, priority=req.priority, kind=req.kind,
                             checkpoint_interval_s=req.checkpoint_interval_s, command=req.command)
         try:
-            check_contract(spec, gw.config.policy.max_min_runtime_s)
+            check_contract(spec, gw.config.policy.max_min_runtime_s, gw.config.policy.max_notice_s)
             gw.projection.tree.require_leaf(spec.project)
             gw.cluster_model.pool(spec.gpu_type).check_request(spec.gpus)
         except ContractError as exc:

@@ -8,6 +8,12 @@ UNALLOCATED_PREEMPTION = ("any", "fair")
 
 
 class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: the cap on a workload's declared checkpoint_on_notice_s (the notice a victim is given
+    #: before its GPUs go to the preemptor; Slurm's GraceTime, Kubernetes' grace period)
+    max_notice_s: int = 300
+    #: whether preemption gives a victim that declared checkpoint_on_notice_s its notice
+    #: (off: every preemption ends the victim at once, as before notices existed)
+    preemption_notice: bool = True
     #: how far back usage counts toward a team's ratio
     lookback_window_s: int = 7 * 86400
     #: the cap on a workload's declared minimum runtime (Ai2 chose 8 h)
@@ -54,6 +60,8 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ValueError("lookback_window must be positive")
         if self.max_min_runtime_s < 0:
             raise ValueError("max_min_runtime must not be negative")
+        if self.max_notice_s < 0:
+            raise ValueError("max_notice must not be negative")
         if self.preemption_hysteresis < 0:
             raise ValueError("preemption_hysteresis must not be negative")
         if self.unallocated_hysteresis < 0:

@@ -121,12 +121,39 @@ class MinRuntimeReached(_Event, frozen=True, kw_only=True, tag="workload.min_run
     workload_id: str
 
 
+class WorkloadPreemptionNotice(_Event, frozen=True, kw_only=True, tag="workload.preemption_notice"):
+    """A preemption decided against a workload that declared ``checkpoint_on_notice_s``: it keeps
+    its GPUs until it reports its checkpoint (``workload.checkpointed``) or ``deadline_ms``
+    passes; then ``workload.preempted`` follows and only then do its GPUs go to the preemptor
+    (``reason.by_workload_id``), which no other request may take them from meanwhile."""
+
+    workload_id: str
+    reason: PreemptionReason
+    deadline_ms: int
+    attempt: int | None = None
+
+
+class WorkloadCheckpointed(_Event, frozen=True, kw_only=True, tag="workload.checkpointed"):
+    """A workload under notice wrote its checkpoint (the executor: its process exited 0 after
+    SIGTERM before the deadline; the simulator: its checkpoint time, shared bandwidth counted)."""
+
+    workload_id: str
+    attempt: int | None = None
+
+
 class WorkloadPreempted(_Event, frozen=True, kw_only=True, tag="workload.preempted"):
     workload_id: str
     reason: PreemptionReason
     resumable: bool
     progress_s: int
     lost_gpu_s: int
+    #: after a notice: the GPU time spent writing the checkpoint (overhead, reported apart from
+    #: lost progress), whether it checkpointed before the deadline, and, for a session that
+    #: suspends on notice, whether its state was saved. UNSET without a notice (events stay as
+    #: they were)
+    checkpoint_gpu_s: int | UnsetType = UNSET
+    checkpointed: bool | UnsetType = UNSET
+    state_saved: bool | UnsetType = UNSET
 
 
 class WorkloadRequeued(_Event, frozen=True, kw_only=True, tag="workload.requeued"):
@@ -183,6 +210,8 @@ Event = (
     WorkloadSubmitted
     | WorkloadStarted
     | MinRuntimeReached
+    | WorkloadPreemptionNotice
+    | WorkloadCheckpointed
     | WorkloadPreempted
     | WorkloadRequeued
     | WorkloadCompleted

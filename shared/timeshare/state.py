@@ -159,7 +159,7 @@ class SchedulerState:
 
     def validate_submission(self, spec: WorkloadSpec) -> None:
         """Raise ContractError/TreeError/PlacementError; changes nothing."""
-        check_contract(spec, self.config.max_min_runtime_s)
+        check_contract(spec, self.config.max_min_runtime_s, self.config.max_notice_s)
         self.tree.require_leaf(spec.project)
         self.cluster.pool(spec.gpu_type).check_request(spec.gpus)
         if spec.id in self.workloads:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 PRIORITIES = ("low", "normal", "high", "urgent")
 #: Higher rank runs first inside a team (priority never competes across teams).
@@ -25,6 +26,28 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     kind: str = "other"
     checkpoint_interval_s: int | None = None
     command: list[str] | None = None
+    # The notice part of the contract. UNSET (not 0/False) by default so that a workload that
+    # declares none encodes byte for byte as before notices existed (logs, traces, parity).
+    #: seconds it needs to write a checkpoint after SIGTERM (0 or absent: no notice; the
+    #: policy's max_notice_s caps it)
+    checkpoint_on_notice_s: int | UnsetType = UNSET
+    #: the checkpoint's size in GB (shares the cluster's checkpoint bandwidth with others)
+    checkpoint_gb: float | UnsetType = UNSET
+    #: an interactive session that saves its state on notice and resumes it elsewhere
+    suspends_on_notice: bool | UnsetType = UNSET
+
+    @property
+    def notice_s(self) -> int:
+        """The notice it asks for (0: none)."""
+        return self.checkpoint_on_notice_s if self.checkpoint_on_notice_s is not UNSET else 0
+
+    @property
+    def checkpoint_size_gb(self) -> float:
+        return self.checkpoint_gb if self.checkpoint_gb is not UNSET else 0.0
+
+    @property
+    def suspends(self) -> bool:
+        return self.suspends_on_notice is True
 
 
 class ContractError(ValueError):
@@ -36,7 +59,11 @@ class ContractError(ValueError):
         self.message = message
 
 
-def check_contract(spec: WorkloadSpec, max_min_runtime_s: int) -> None:
+#: the default cap on a declared checkpoint-on-notice time (PolicyConfig.max_notice_s)
+MAX_NOTICE_S = 300
+
+
+def check_contract(spec: WorkloadSpec, max_min_runtime_s: int, max_notice_s: int = MAX_NOTICE_S) -> None:
     """Raise ContractError when a field is outside what the contract allows."""
     if not spec.id:
         raise ContractError("id", "must not be empty")
@@ -55,3 +82,13 @@ def check_contract(spec: WorkloadSpec, max_min_runtime_s: int) -> None:
         raise ContractError("priority", f"must be one of {', '.join(PRIORITIES)}, got {spec.priority!r}")
     if spec.checkpoint_interval_s is not None and spec.checkpoint_interval_s <= 0:
         raise ContractError("checkpoint_interval_s", f"must be positive, got {spec.checkpoint_interval_s}")
+    if spec.notice_s < 0:
+        raise ContractError("checkpoint_on_notice_s", f"must not be negative, got {spec.notice_s}")
+    if spec.notice_s > max_notice_s:
+        raise ContractError(
+            "checkpoint_on_notice_s",
+            f"{spec.notice_s}s is above the policy's max_notice of {max_notice_s}s "
+            "(checkpoint faster, or checkpoint periodically and declare no notice)",
+        )
+    if spec.checkpoint_size_gb < 0:
+        raise ContractError("checkpoint_gb", f"must not be negative, got {spec.checkpoint_size_gb}")

@@ -15,7 +15,8 @@ from timeshare.workload import WorkloadSpec
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = WorkloadSpec(id="w-1", submit_s=120, project="prior/olmo/pretrain", user="u17", gpu_type="H100", gpus=64,
                     work_s=86400, min_runtime_s=14400, resumable=True, priority="high", kind="training",
-                    checkpoint_interval_s=1800, command=["python", "train.py"])
+                    checkpoint_interval_s=1800, command=["python", "train.py"], checkpoint_on_notice_s=90,
+                    checkpoint_gb=256.0)
 BASE = {"event_id": "e1", "at_ms": 1_000, "cluster": "c1"}
 
 EXAMPLES = [
@@ -37,6 +38,12 @@ EXAMPLES = [
                              hysteresis=0.05, message="why")),
     ev.WorkloadPreempted(**BASE, workload_id="w-1", resumable=False, progress_s=0, lost_gpu_s=0,
                          reason=ev.PreemptionReason(kind="drain", node="H100-003")),
+    ev.WorkloadPreemptionNotice(**BASE, workload_id="w-1", deadline_ms=91_000, attempt=2,
+                                reason=ev.PreemptionReason(kind="fair_share", by_workload_id="w-2", by_project="q")),
+    ev.WorkloadCheckpointed(**BASE, workload_id="w-1", attempt=2),
+    ev.WorkloadPreempted(**BASE, workload_id="w-1", resumable=True, progress_s=3600, lost_gpu_s=0,
+                         checkpoint_gpu_s=5760, checkpointed=True, state_saved=False,
+                         reason=ev.PreemptionReason(kind="fair_share", by_workload_id="w-2")),
     ev.WorkloadRequeued(**BASE, workload_id="w-1", progress_s=1800),
     ev.WorkloadCompleted(**BASE, workload_id="w-1", exit_code=0, attempt=3),
     ev.WorkloadFailed(**BASE, workload_id="w-1", reason="exit code 2", exit_code=2, attempt=1),
