@@ -1,6 +1,6 @@
 """Placement's snapshots in the ``timeshare_snapshots`` object store: their names, and where a
 reader of the log starts (a new placement leader; the executor, which runs what the snapshot
-says is running and follows the log after it). Placement writes them (``placement/service.py``).
+says is running and follows the log after it). Placement writes them (``placement/log.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from .code_version import code_version
 
 log = logging.getLogger("timeshare.placement")
 
-#: snapshots are loaded by the same code only: the core, placement's service (which writes them)
-#: and this file
-CODE_VERSION = code_version(Path(__file__).resolve().parents[1] / "placement" / "service.py", __file__)
+#: snapshots are loaded by the same code only: the core, placement's service (which writes them;
+#: the modules it is composed of) and this file
+_PLACEMENT = Path(__file__).resolve().parents[1] / "placement"
+CODE_VERSION = code_version(*(_PLACEMENT / f"{m}.py" for m in ("service", "leader", "log", "inbox", "tracing")),
+                            __file__)
 
 
 def snapshot_name(cluster: str) -> str:

@@ -28,7 +28,8 @@ from services.common.clock import make_clock
 from services.common.settings import Settings
 from services.gateway import limits
 from services.placement import view
-from services.placement.service import Placement, Rejected, Tick
+from services.placement.inbox import Rejected, Tick
+from services.placement.service import Placement
 from timeshare import events as ev
 from timeshare.state import SchedulerState
 from timeshare.tree import AllocationTree, TreeError, check_change
