@@ -386,7 +386,7 @@ STATES = {
 
 @pytest.mark.parametrize("doc, preempted", STATES.values(), ids=STATES.keys())
 def test_state_preempted_is_stopped_by_a_preemption_and_not_run_since(doc, preempted):
-    from services.gateway.app import state_matches
+    from services.gateway.routes.workloads import state_matches
 
     assert state_matches(doc, "preempted") is preempted
     assert state_matches(doc, doc["state"])
