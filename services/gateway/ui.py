@@ -21,6 +21,9 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from timeshare.rules import free_at_s
+from timeshare.units import ms_to_s
+
 from ..common import telemetry
 
 STATIC = Path(__file__).parent / "static"
@@ -94,16 +97,18 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
         or not, protected until when), from placement's nodes and the gateway's workloads."""
         nodes = (await ask(_query(gw, "nodes")))["nodes"]
         now_ms = gw.clock.now_ms()
+        now_s = ms_to_s(now_ms)
         holders: dict[tuple[str, int], dict[str, Any]] = {}
         running = [d for _, d in await gw.store.scan("workload") if d.get("state") == "running"]
         for d in running:
             protected_until_ms = d.get("protected_until_ms")
+            free_at = free_at_s(bool(d.get("allocated")),
+                                ms_to_s(protected_until_ms) if protected_until_ms is not None else None, now_s)
             entry = {"workload_id": d["id"], "project": d["project"], "user": d["user"],
                      "allocated": bool(d.get("allocated")), "protected_until_ms": protected_until_ms,
-                     # protected: allocated work inside its minimum runtime; everything else may
-                     # be preempted (unallocated work always, allocated work past its minimum)
-                     "protected": bool(d.get("allocated")) and protected_until_ms is not None
-                     and protected_until_ms > now_ms}
+                     # protected: its GPUs cannot be freed now (allocated work inside its minimum
+                     # runtime); everything else may be preempted (the core's rule)
+                     "protected": free_at > now_s}
             for part in d.get("placement") or []:
                 for gpu in part["gpu_ids"]:
                     holders[(part["node"], gpu)] = entry

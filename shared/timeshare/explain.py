@@ -20,7 +20,7 @@ from . import events as ev
 from .durations import format_duration_s
 from .fairshare import FairShareView
 from .reservation import Reservation, keeps_off, plan_reservation
-from .rules import room_by_depth
+from .rules import free_at_s, room_by_depth
 from .state import PENDING, RUNNING, SchedulerState, Workload
 from .units import Seconds
 from .victims import victims_for
@@ -58,8 +58,9 @@ def _levels(view: FairShareView, leaf: str) -> list[dict[str, Any]]:
 
 
 def _earliest_room_s(state: SchedulerState, w: Workload, now_s: Seconds) -> tuple[Seconds, str | None]:
-    """When GPUs enough for ``w`` could be freed at the earliest, counting protections only, and
-    the workload whose protection ends last among those it needs (None: free or unprotected)."""
+    """When GPUs enough for ``w`` could be freed at the earliest, counting protections only
+    (rules.free_at_s), and the workload whose protection ends last among those it needs (None:
+    free or unprotected)."""
     pool = state.cluster.pool(w.gpu_type)
     per_node: list[tuple[Seconds, str | None, int]] = []  # (time, blocking workload, node index)
     for node in pool.nodes:
@@ -70,10 +71,7 @@ def _earliest_room_s(state: SchedulerState, w: Workload, now_s: Seconds) -> tupl
         times: list[tuple[Seconds, str | None]] = [(now_s, None)] * node.free
         for wid, n in node.holders.items():
             v = state.workloads[wid]
-            until = v.protected_until_s if v.allocated and v.protected_until_s is not None else now_s
-            if v.non_preemptible:
-                until = math.inf
-            times += [(max(now_s, until), wid)] * n
+            times += [(free_at_s(v.allocated, v.protected_until_s, now_s, v.non_preemptible), wid)] * n
         times.sort(key=lambda t: (t[0], t[1] or ""))
         if w.gpus <= pool.gpus_per_node:
             if len(times) >= w.gpus:

@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple
 from .cluster import NODE_HEALTHY, Pool
 from .queue import LeafQueue
 from .fairshare import FairShareView
+from .rules import free_at_s
 from .state import SchedulerState, Workload
 from .units import Seconds
 from .victims import VictimLimit
@@ -130,12 +131,13 @@ def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple
         for wid in node.holders:
             v = workloads[wid]
             if not v.allocated:
-                continue
-            until = v.protected_until_s
-            if until is not None and until > now_s:
-                t = max(t, until)
-            elif v.non_preemptible or not _may_go(v.gpus, limits.get(v.leaf)):
-                t = math.inf
+                continue  # unallocated work goes for an allocated gang at any time (the contract)
+            free_s = free_at_s(True, v.protected_until_s, now_s, v.non_preemptible)
+            if free_s <= now_s and not _may_go(v.gpus, limits.get(v.leaf)):
+                free_s = math.inf  # past its protection, but not for this gang to take
+            if free_s > t:
+                t = free_s
+            if t == math.inf:
                 break
         times[node.index] = t
     if use_cache:

@@ -27,7 +27,7 @@ them changes when GPUs move from b to a, so that level is the one compared.
 * **Contract**: work runs on allocated time when it declares a minimum runtime on a leaf with a
   budget (:func:`runs_allocated`); protected work (allocated, within its minimum runtime) is
   never a victim of fair share; unallocated work always may be (state.py,
-  ``Workload.is_protected``).
+  ``Workload.is_protected``); so the earliest its GPUs can be freed is :func:`free_at_s`.
 * **Headroom** (phase 4 in scheduler.py, ``PolicyConfig.unallocated_headroom``): unallocated
   work does not start where it would bring a pool's free GPUs below the headroom.
 """
@@ -50,6 +50,20 @@ def runs_allocated(min_runtime_s: int, fraction: float) -> bool:
     for its minimum runtime) when it declares a minimum runtime and its leaf has a budget (a
     fraction above 0); otherwise on unallocated time (charged to no one, never protected)."""
     return min_runtime_s > 0 and fraction > 0
+
+
+def free_at_s(allocated: bool, protected_until_s: Seconds | None, now_s: Seconds,
+              non_preemptible: bool = False) -> Seconds:
+    """Rule "contract", as a time: when the GPUs of a running workload can be freed at the
+    earliest (by a preemption or a drain): now for unallocated work and for allocated work past
+    its minimum runtime, the end of its protection for allocated work within it, never (inf)
+    for work that opted out of preemption (only the baseline starts such work). Whether one
+    request may take it then is the victim rules' question (victims.py)."""
+    if non_preemptible:
+        return math.inf
+    if allocated and protected_until_s is not None and protected_until_s > now_s:
+        return protected_until_s
+    return now_s
 
 
 def room_by_depth(view: FairShareView, tree: AllocationTree, leaf: str, fair: bool) -> list[float]:

@@ -39,7 +39,7 @@ from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .rejected import rejected_candidates, with_rejected
 from .reservation import Reservation, keeps_off, plan_reservation
-from .rules import RULE_DUE_SHARE, RULE_UNALLOCATED, room_by_depth, runs_allocated
+from .rules import RULE_DUE_SHARE, RULE_UNALLOCATED, free_at_s, room_by_depth, runs_allocated
 from .state import PENDING, SchedulerState, Workload
 from .tree import AllocationTree
 from .units import Seconds
@@ -53,8 +53,7 @@ def may_end_now(w: Workload, now_s: Seconds) -> bool:
 
 def drain_blocked_until_s(w: Workload, now_s: Seconds) -> Seconds:
     """When a drain may end ``w`` at the latest under this policy."""
-    until = w.protected_until_s
-    return now_s if until is None or may_end_now(w, now_s) else until  # protected: until is set
+    return free_at_s(w.allocated, w.protected_until_s, now_s)
 
 
 #: passes of one pool at one instant (see BudgetPolicy.schedule): more would mean a loop

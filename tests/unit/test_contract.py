@@ -366,3 +366,17 @@ def test_a_failed_node_kills_its_work_at_once_even_protected_resumables_are_requ
     assert h.state.cluster.node(sick).state == "down"
     h.schedule(90 * MIN)
     assert "res" not in h.running()  # the down node takes no work
+
+
+@pytest.mark.parametrize("allocated, protected_until_s, non_preemptible, expected_s", [
+    pytest.param(False, None, False, 100, id="unallocated work may be freed now"),
+    pytest.param(True, 160, False, 160, id="allocated work within its minimum runtime: when its protection ends"),
+    pytest.param(True, 100, False, 100, id="a protection that ends now frees it now"),
+    pytest.param(True, None, False, 100, id="allocated work past its minimum runtime may be freed now"),
+    pytest.param(True, None, True, float("inf"), id="work that opted out of preemption: never"),
+])
+def test_the_earliest_a_running_workloads_gpus_can_be_freed(allocated, protected_until_s, non_preemptible,
+                                                             expected_s):
+    from timeshare.rules import free_at_s
+
+    assert free_at_s(allocated, protected_until_s, 100, non_preemptible) == expected_s
