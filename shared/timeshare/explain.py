@@ -12,7 +12,7 @@ allocated requests beyond a due share in that second phase; they are shown in th
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -20,7 +20,7 @@ from . import events as ev
 from .durations import format_duration_s
 from .fairshare import FairShareView
 from .reservation import Reservation, keeps_off, plan_reservation
-from .rules import free_at_s, room_by_depth
+from .rules import free_at_s, richer_in_all, room_by_depth
 from .state import PENDING, RUNNING, SchedulerState, Workload
 from .units import Seconds
 from .victims import victims_for
@@ -57,21 +57,29 @@ def _levels(view: FairShareView, leaf: str) -> list[dict[str, Any]]:
             for level in view.ordering_key(leaf)]
 
 
-def _earliest_room_s(state: SchedulerState, w: Workload, now_s: Seconds) -> tuple[Seconds, str | None]:
-    """When GPUs enough for ``w`` could be freed at the earliest, counting protections only
-    (rules.free_at_s), and the workload whose protection ends last among those it needs (None:
-    free or unprotected)."""
+def _earliest_room_s(state: SchedulerState, w: Workload, now_s: Seconds,
+                     may_take: Callable[[Workload], bool] | None = None,
+                     free_limit: int = -1) -> tuple[Seconds, str | None]:
+    """When GPUs enough for ``w`` could be freed at the earliest, and the workload whose
+    protection ends last among those it needs (None: free or unprotected). Each running
+    workload frees its GPUs at :func:`rules.free_at_s`, or never (inf: when it ends, which no
+    one knows) if ``may_take`` says this request may not preempt it even past its protection
+    (None: counting protections only); ``free_limit`` caps the free GPUs of a node it may use
+    (the headroom kept from unallocated work; -1: all)."""
     pool = state.cluster.pool(w.gpu_type)
     per_node: list[tuple[Seconds, str | None, int]] = []  # (time, blocking workload, node index)
     for node in pool.nodes:
         if node.state != "healthy":
             continue
-        # when each GPU of the node frees up at the earliest: now for free GPUs, unallocated
-        # work and unprotected work; the end of its protection for protected work
-        times: list[tuple[Seconds, str | None]] = [(now_s, None)] * node.free
+        # when each GPU of the node frees up at the earliest (free GPUs beyond the limit: never)
+        usable = node.free if free_limit < 0 else min(node.free, free_limit)
+        times: list[tuple[Seconds, str | None]] = [(now_s, None)] * usable + [(math.inf, None)] * (node.free - usable)
         for wid, n in node.holders.items():
             v = state.workloads[wid]
-            times += [(free_at_s(v.allocated, v.protected_until_s, now_s, v.non_preemptible), wid)] * n
+            until = free_at_s(v.allocated, v.protected_until_s, now_s, v.non_preemptible)
+            if may_take is not None and not may_take(v):
+                until = math.inf
+            times += [(until, wid)] * n
         times.sort(key=lambda t: (t[0], t[1] or ""))
         if w.gpus <= pool.gpus_per_node:
             if len(times) >= w.gpus:
@@ -80,10 +88,48 @@ def _earliest_room_s(state: SchedulerState, w: Workload, now_s: Seconds) -> tupl
             per_node.append((times[-1][0] if times else now_s, times[-1][1] if times else None, node.index))
     need = 1 if w.gpus <= pool.gpus_per_node else w.gpus // pool.gpus_per_node
     per_node.sort(key=lambda t: (t[0], t[2]))
-    if len(per_node) < need:
+    if len(per_node) < need or per_node[need - 1][0] == math.inf:
         return math.inf, None
     at, blocker, _ = per_node[need - 1]
     return at, blocker
+
+
+def _victim_rules(state: SchedulerState, view: FairShareView, w: Workload, phase: str,
+                  within: bool) -> tuple[Callable[[Workload], bool], int]:
+    """Which running work the pass may preempt for pending ``w`` once past its protection, and
+    the most free GPUs of a node it may use (-1: all), by the phase of the pass that takes it
+    (scheduler.py): within its due share (phase 3), any unallocated work and the allocated work
+    its victim limits allow (victims.py); otherwise (phase 4, asking for unallocated time or
+    beyond its due share) only unallocated work, of subtrees richer in all than its own would
+    be with it (rules.richer_in_all; its own leaf's too for an allocated request, or any for
+    an allocated one that leaves every level within its due share), and an unallocated request
+    only the free GPUs beyond the headroom."""
+    config = state.config
+    tree = state.tree
+    if phase == "allocated" and within:
+        limits = victims_for(view, tree, config.preemption_hysteresis, config.unallocated_preemption == "fair",
+                             w.leaf, w.gpus)
+
+        def phase3(v: Workload) -> bool:
+            if not v.allocated:
+                return True
+            limit = limits.get(v.leaf)
+            return limit is not None and v.gpus <= limit.each_gpus
+
+        return phase3, -1
+    allocated = phase == "allocated"
+    gpus = w.gpus
+    h = config.unallocated_hysteresis
+    take_any = allocated and (config.unallocated_preemption == "any" or all(
+        view.total_fill_at(i, gpus) <= 1.0 + h for i in tree.path_index[w.leaf]))
+    richer = {w.leaf} if allocated else set()
+    for _, _, ai, bi, others in tree.split_group_index[w.leaf]:
+        if take_any or richer_in_all(view, ai, bi, gpus, h):
+            richer.update(other for other, _ in others)
+    pool = state.cluster.pool(w.gpu_type)
+    spare = pool.free_gpus - (0 if allocated else int(config.unallocated_headroom * pool.total_gpus))
+    free_limit = -1 if allocated or gpus <= spare else max(spare, 0)
+    return (lambda v: not v.allocated and v.leaf in richer), free_limit
 
 
 def pool_reservation(state: SchedulerState, gpu_type: str, now_s: Seconds,
@@ -196,7 +242,8 @@ def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemp
         phase = next(p for p, x in order if x.id == w.id)
         rooms = room_by_depth(view, state.tree, w.leaf, state.config.unallocated_preemption == "fair")
         within = phase == "allocated" and w.gpus <= rooms[-1]
-        at_s, blocker = _earliest_room_s(state, w, now_s)
+        may_take, free_limit = _victim_rules(state, view, w, phase, within)
+        at_s, blocker = _earliest_room_s(state, w, now_s, may_take, free_limit)
         out.update(position=position, queued=len(order), phase=phase, within_due_share=within,
                    ahead=[x.id for _, x in order[:position - 1]][:20],
                    earliest_room_in_s=None if at_s == math.inf else at_s - now_s, waiting_for=blocker)
@@ -220,8 +267,17 @@ def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemp
         else:
             lines.append(f"It is larger than its team's due share now ({rooms[-1]:.1f} GPUs): it waits for "
                          "free GPUs or unallocated work, unless its team has not used its share of the window.")
-        if at_s == math.inf:
+        if at_s == math.inf and _earliest_room_s(state, w, now_s)[0] == math.inf:
             lines.append(f"No healthy {w.gpu_type} nodes can hold {w.gpus} GPUs.")
+        elif at_s == math.inf:
+            unit = "whole nodes" if w.gpus > state.cluster.pool(w.gpu_type).gpus_per_node else "one node"
+            what = ("free GPUs, unallocated work and allocated work that this request may preempt (the victim "
+                    "rules, docs/design/preemption-rules.md)"
+                    if within else
+                    f"free GPUs{' beyond the headroom' if phase == 'unallocated' else ''} and unallocated work of "
+                    "teams that run more of their due share in all than its own would with it")
+            lines.append(f"No preemption can make room for it now: it may use only {what}, and they do not add up "
+                         f"to {w.gpus} GPUs on {unit}; it starts when enough other work ends.")
         elif at_s <= now_s:
             lines.append(f"GPUs enough for it are free or held by work that may be preempted now"
                          + ("; it goes in the next pass its turn comes" if position > 1 else "") + ".")

@@ -66,6 +66,14 @@ def free_at_s(allocated: bool, protected_until_s: Seconds | None, now_s: Seconds
     return now_s
 
 
+def richer_in_all(view: FairShareView, ai: int, bi: int, gpus: int, hysteresis: float) -> bool:
+    """Rule "unallocated sharing": where the paths of a request of ``gpus`` GPUs and a running
+    unallocated workload part into *a* and *b*, b runs more of its due share in all (allocated
+    and unallocated) than a would with the request, by more than ``hysteresis``: the request may
+    take b's unallocated work (phase 4 of a pass)."""
+    return view.total_fill_at(ai, gpus) + hysteresis < view.total_fill_at(bi)
+
+
 def room_by_depth(view: FairShareView, tree: AllocationTree, leaf: str, fair: bool) -> list[float]:
     """Per depth d of ``leaf``'s path: the largest request that is within the due share of every
     level from d down to the leaf (0: none). A level runs below its due share if it runs fewer

@@ -39,7 +39,7 @@ from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .rejected import rejected_candidates, with_rejected
 from .reservation import Reservation, keeps_off, plan_reservation
-from .rules import RULE_DUE_SHARE, RULE_UNALLOCATED, free_at_s, room_by_depth, runs_allocated
+from .rules import RULE_DUE_SHARE, RULE_UNALLOCATED, free_at_s, richer_in_all, room_by_depth, runs_allocated
 from .state import PENDING, SchedulerState, Workload
 from .tree import AllocationTree
 from .units import Seconds
@@ -592,11 +592,10 @@ def _unallocated_victims(p: _Pass, w: Workload, gpus: int, allocated: bool, spar
     guarded = not allocated and state.lost_at_ms.get(leaf) == p.now_ms
     for a, b, ai, bi, others in tree.split_group_index[leaf]:
         if view.unallocated_running_at(bi):  # counts add up the tree: some leaf under b runs unallocated work
-            theirs = view.total_fill_at(bi)
             # rule "unallocated sharing": b runs more of its due share in all than a would
             # with the request, by the hysteresis (and, _stays_richer, b stays at least level
             # with a once its victims are gone)
-            if take_any or view.total_fill_at(ai, gpus) + unallocated_hysteresis < theirs:
+            if take_any or richer_in_all(view, ai, bi, gpus, unallocated_hysteresis):
                 if guarded:
                     p.held_back = True
                     continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.builders import ScenarioBuilder, spec
+from timeshare import events as ev
 from timeshare.explain import explain, queue_order
 
 HOUR = 3600
@@ -71,3 +72,37 @@ def test_a_gang_that_holds_the_reservation_names_its_nodes_and_when_they_are_fre
     assert "Reserved for it: H100-000..001, free of protected work in 1h50m" in about["summary"]
     assert "It may not start on H100-000..001: they are reserved for b-gang (b)" in explain(
         h.state, "a-long", 600)["summary"]
+
+
+def test_unallocated_work_no_preemption_can_make_room_for_says_so_and_no_time():
+    # a's 8-GPU allocated job fills H100-000 (past its minimum runtime at 2 h); b's own
+    # unallocated eval holds half of H100-001. An unallocated 8-GPU request of b may take
+    # neither (allocated work, and its own team's): the pass starts nothing, and explain must
+    # not say GPUs are free or preemptible now
+    h = ScenarioBuilder().pool(nodes=2, gpus_per_node=8).teams(a=1, b=1).harness()
+    h.submit(spec("a-train", "a", gpus=8, work="20h", min_runtime="1h", resumable=True),
+             spec("b-eval", "b", gpus=4, work="20h", min_runtime=0))
+    h.schedule(0)
+    h.submit(spec("b-big", "b", gpus=8, work="1h", min_runtime=0, submit=2 * HOUR))
+    decided = h.schedule(2 * HOUR)
+    assert not [e for e in decided if isinstance(e, (ev.WorkloadStarted, ev.WorkloadPreempted))]
+    about = explain(h.state, "b-big", 2 * HOUR)
+    assert about["phase"] == "unallocated"
+    assert about["earliest_room_in_s"] is None and about["waiting_for"] is None
+    assert "free or held by work that may be preempted now" not in about["summary"]
+    assert "No preemption can make room for it now" in about["summary"]
+
+
+def test_unallocated_work_of_a_richer_team_is_room_for_an_unallocated_request():
+    # the same, but the eval is a's (a runs 12 GPUs, b none): b's unallocated request may take
+    # it, and the pass does at once, as explain said
+    h = ScenarioBuilder().pool(nodes=2, gpus_per_node=8).teams(a=1, b=1).harness()
+    h.submit(spec("a-train", "a", gpus=8, work="20h", min_runtime="1h", resumable=True),
+             spec("a-eval", "a", gpus=4, work="20h", min_runtime=0))
+    h.schedule(0)
+    h.submit(spec("b-big", "b", gpus=8, work="1h", min_runtime=0, submit=2 * HOUR))
+    about = explain(h.state, "b-big", 2 * HOUR)
+    assert about["earliest_room_in_s"] == 0
+    assert "free or held by work that may be preempted now" in about["summary"]
+    h.schedule(2 * HOUR)
+    assert h.state.workloads["b-big"].state == "running" and h.state.workloads["a-eval"].state != "running"
