@@ -270,14 +270,8 @@ def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemp
         if at_s == math.inf and _earliest_room_s(state, w, now_s)[0] == math.inf:
             lines.append(f"No healthy {w.gpu_type} nodes can hold {w.gpus} GPUs.")
         elif at_s == math.inf:
-            unit = "whole nodes" if w.gpus > state.cluster.pool(w.gpu_type).gpus_per_node else "one node"
-            what = ("free GPUs, unallocated work and allocated work that this request may preempt (the victim "
-                    "rules, docs/design/preemption-rules.md)"
-                    if within else
-                    f"free GPUs{' beyond the headroom' if phase == 'unallocated' else ''} and unallocated work of "
-                    "teams that run more of their due share in all than its own would with it")
-            lines.append(f"No preemption can make room for it now: it may use only {what}, and they do not add up "
-                         f"to {w.gpus} GPUs on {unit}; it starts when enough other work ends.")
+            # the sentence above says what it may take; none of that makes room now
+            lines.append("No preemption can make room for it now; it starts when other work ends.")
         elif at_s <= now_s:
             lines.append(f"GPUs enough for it are free or held by work that may be preempted now"
                          + ("; it goes in the next pass its turn comes" if position > 1 else "") + ".")
