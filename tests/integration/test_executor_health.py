@@ -170,9 +170,32 @@ async def test_node_whose_heartbeats_stop_is_marked_unhealthy_and_drained(make_s
             assert nodes["H100-001"]["state"] == "drained" and nodes["H100-000"]["state"] == "healthy"
             assert nodes["H100-000"]["last_heartbeat_ms"] is not None
             # no repair command: an admin declares it repaired; it serves again
+            health = stack["health"]
+            flagged: list[str] = []
+            report_unhealthy = health.report_unhealthy
+
+            async def spied(node, *args):
+                flagged.append(node)
+                return await report_unhealthy(node, *args)
+
+            rounds: list[int] = []
+
+            class Watched(dict):  # the watch reads the heartbeats once per round (health/service.py)
+                def items(self):
+                    rounds.append(1)
+                    return super().items()
+
+            health.report_unhealthy = spied
+            health.last_heartbeat = Watched(health.last_heartbeat)
             assert (await admin.post("/v1/nodes/H100-001/repair")).status_code == 200
             await wait_events(bus, cluster, lambda es: of_type(es, ev.NodeRepaired), what="the repair")
-            await asyncio.sleep(1.0)  # a repaired node is not flagged again before it beats
+            await wait_for(_async(lambda: health.nodes["H100-001"]["state"] == "healthy"), 10,
+                           what="health to apply the repair")
+            # a repaired node is not flagged again before it beats: the watch goes round for longer
+            # than the heartbeat timeout (a round every timeout / 4) and flags nothing
+            seen = len(rounds)
+            await wait_for(_async(lambda: len(rounds) >= seen + 6), 10, what="the heartbeat watch to go round")
+            assert flagged == []
             beating.set()
             await task
         events = await wait_events(bus, cluster, lambda es: of_type(es, ev.NodeRepaired))
@@ -180,3 +203,10 @@ async def test_node_whose_heartbeats_stop_is_marked_unhealthy_and_drained(make_s
     finally:
         beating.set()
         await stack.stop()
+
+
+def _async(predicate):
+    async def check():
+        return predicate()
+
+    return check
