@@ -6,7 +6,7 @@ PYTHON ?= python3
 # what `make setup` says last (only when asked for by name: `make run` and `make test` set up first)
 NEXT = ready: make run starts the live stack and make test runs the tests; README.md walks through the first ten minutes
 
-.PHONY: setup run simulate test test-fast bench bench-scale compiled bench-live bench-report bench-ledger-report bench-failover chaos schemas screenshots clean
+.PHONY: setup run simulate test test-fast bench bench-scale compiled bench-live bench-tree-live bench-report bench-ledger-report bench-failover chaos schemas screenshots clean
 
 # also builds the compiled core (mypyc) that `timeshare simulate` uses when it exists; without a
 # C compiler it says so and everything runs in pure Python
@@ -52,6 +52,11 @@ compiled: setup
 
 bench-live: setup
 	$(PY) benchmarks/bench_live.py
+
+# a 10,000-leaf tree through the live stack: one PUT adding 1,000 leaves, placement's health
+# during it, placement killed and started again; prints, never asserts
+bench-tree-live: setup
+	$(PY) benchmarks/bench_tree_live.py
 
 # faults under a steady flow: nats-server, PostgreSQL and each service killed and restarted;
 # prints recovery times and checks 0 lost / 0 duplicated (services/devstack/chaos.py; a reduced

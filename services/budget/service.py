@@ -18,7 +18,7 @@ import msgspec
 from timeshare import events as ev
 from timeshare.tree import AllocationTree, TreeError, check_change, check_removal
 
-from ..common import healthz, subjects
+from ..common import healthz, payload, subjects
 from ..common.auth import Caller
 from ..common.bus import Bus
 from ..common.cluster_config import ClusterConfig
@@ -174,7 +174,7 @@ class Budget:
         """Pending or running workloads per leaf, from placement (which holds them)."""
         try:
             msg = await self.bus.nc.request(subjects.query_subject(self.cluster, "work"), b"{}", timeout=5)
-            return msgspec.json.decode(msg.data)["work_by_leaf"]
+            return payload.decode(msg)["work_by_leaf"]
         except Exception:
             raise Unanswered("placement did not say which leaves hold work (is it running?); nothing changed") \
                 from None

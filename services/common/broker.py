@@ -30,6 +30,7 @@ import msgspec
 from fast_depends.exceptions import ValidationError
 from fast_depends.msgspec import MsgSpecSerializer
 from fast_depends.msgspec.serializer import _MsgSpecWrappedSerializer, _MsgSpecWrappedSerializerWithResponse
+from faststream import Response
 from faststream.middlewares import ExceptionMiddleware
 from faststream.nats import NatsBroker, NatsRouter
 from faststream.nats.security import NatsSecurity, NatsUserPassword
@@ -62,7 +63,12 @@ class _StrictWrapped(_MsgSpecWrappedSerializer):
 
 
 class _StrictWrappedWithResponse(_StrictWrapped, _MsgSpecWrappedSerializerWithResponse):
-    pass
+    def response(self, value: Any) -> Any:
+        # a reply already encoded (payload.answer: plain or compressed JSON with its headers)
+        # goes out as it is; the handler's annotation still documents its body's type
+        if isinstance(value, Response):
+            return value
+        return super().response(value)
 
 
 class StrictMsgSpecSerializer(MsgSpecSerializer):

@@ -8,7 +8,7 @@ rolling-window usage per tree node and GPU type; ``healthz.ledger``: its health 
 from __future__ import annotations
 
 
-from ..common import healthz, subjects
+from ..common import healthz, payload, subjects
 from ..common.broker import Message, NatsRouter
 from ..common.supervise import describe, is_transient
 
@@ -49,7 +49,7 @@ def router(service, cluster: str) -> NatsRouter:
     @r.subscriber(subjects.query_subject(cluster, "ledger.usage"), title="ledger.usage",
                   description="rolling-window usage (allocated / unallocated GPU-seconds) per tree node and GPU type")
     async def usage() -> dict:
-        return service.usage_snapshot()
+        return payload.answer(service.usage_snapshot())
 
     @r.subscriber(healthz.subject(cluster, "ledger"), title="healthz.ledger")
     async def health() -> dict:

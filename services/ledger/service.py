@@ -4,7 +4,8 @@ It projects the cluster's log into its store (every workload, node and budget ev
 applied stream sequence in the same transaction) and keeps the core's ``UsageLedger``
 (allocated / unallocated GPU-seconds per tree node over the lookback window) in memory,
 rebuilt on start from its latest checkpoint and the journal after it (see ``Checkpoint``). Every couple of seconds it publishes a usage snapshot to
-the ``timeshare_usage`` KV bucket (key = cluster) for dashboards and other readers; placement
+the ``timeshare_usage`` KV bucket (key = cluster; ``payload.decode_value`` reads it: a large tree's is
+compressed) for dashboards and other readers; placement
 computes the same numbers from its own replay with the same core code. It answers the
 owed / delivered / attainment report over any time range (request/reply).
 """
@@ -24,7 +25,7 @@ from timeshare.sim.metrics import HOUR_S
 from timeshare.tree import AllocationTree
 from timeshare.window import UsageLedger
 
-from ..common import healthz, subjects
+from ..common import healthz, payload, subjects
 from ..common.bus import Bus
 from ..common.cluster_config import ClusterConfig
 from ..common.code_version import code_version
@@ -241,7 +242,7 @@ class Ledger:
             if self.dirty:
                 self.dirty = False
                 try:
-                    await kv.put(self.cluster, msgspec.json.encode(self.usage_snapshot()))
+                    await kv.put(self.cluster, payload.value(self.usage_snapshot()))
                 except Exception as exc:
                     self.dirty = True  # put it again next time
                     log.warning("usage snapshot: %s", exc)

@@ -13,7 +13,7 @@ from faststream.exceptions import SkipMessage
 
 from timeshare.explain import explain as explain_workload
 
-from ..common import healthz, subjects, telemetry
+from ..common import healthz, payload, subjects, telemetry
 from ..common.broker import Message, NatsRouter, TraceQuery
 from . import view
 
@@ -37,9 +37,10 @@ def router(service, cluster: str) -> NatsRouter:
 
     def guarded(fn):
         # a query that fails must not hurt the scheduler: it is answered with the error
+        # (a tree of 10,000 projects answers with megabytes: payload.answer compresses it)
         async def run(*args):
             try:
-                return fn(*args)
+                return payload.answer(fn(*args))
             except SkipMessage:
                 raise
             except Exception as exc:

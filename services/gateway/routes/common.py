@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from ...common import telemetry
+from ...common import payload, telemetry
 from ...common.auth import Caller
 from ...common.ids import new_id
 from ...common.supervise import describe
@@ -100,7 +100,7 @@ def calls_for(gw) -> Calls:
                                           headers=headers or None)
         except Exception:
             raise Unavailable(f"no answer from {subject.split('.')[-1]} service ({subject}); is it running?") from None
-        out = msgspec.json.decode(msg.data)
+        out = payload.decode(msg)
         if isinstance(out, dict) and out.get("error") and out.get("status"):
             raise HTTPException(int(out["status"]), out["error"])
         return out
@@ -147,7 +147,7 @@ def calls_for(gw) -> Calls:
                           "Idempotency-Key to be sure (it is applied at most once)"})
         except Exception as exc:
             raise Unavailable(f"not sent ({describe(exc)}): nothing was done, send it again") from None
-        out = msgspec.json.decode(msg.data)
+        out = payload.decode(msg)
         if isinstance(out, dict) and out.get("error") and out.get("status"):
             raise HTTPException(int(out["status"]), out["error"])
         if isinstance(out, dict) and out.get("state") == "unconfirmed":
