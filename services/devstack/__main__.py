@@ -295,6 +295,7 @@ async def main(argv=None) -> int:
                            cluster_file=args.cluster_file, cluster=config.name,
                            http_port=port_or_free(wanted_port), tokens=json.dumps(DEMO_TOKENS),
                            executor="simulated", time_scale=1.0, heartbeat_timeout_s=30.0,
+                           executor_data_dir=str(data / "executor"),
                            repair_command="sleep 2; echo repaired $TIMESHARE_NODE")
         if "TIMESHARE_OTEL" not in os.environ:
             # keep recent traces in this process: the dashboard's workload page shows them

@@ -49,7 +49,24 @@ from .metrics import PlacementMetrics
 log = logging.getLogger("timeshare.placement")
 
 PROPOSABLE = (ev.WorkloadSubmitted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled,
-              ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
+              ev.WorkloadCheckpointed, ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
+
+
+def notice_problem(state: SchedulerState, e: ev.WorkloadCheckpointed) -> str | None:
+    """Why an executor's ``workload.checkpointed`` cannot be applied (None when it can): only a
+    workload under notice, in the attempt the notice was given to, reports its checkpoint, once."""
+    w = state.workloads.get(e.workload_id)
+    if w is None:
+        return f"unknown workload {e.workload_id!r}"
+    attempt = e.attempt if e.attempt is not None else attempt_of(e.event_id)
+    if w.state != RUNNING or w.notice_deadline_s is None:
+        return f"{e.workload_id} is {w.state} in attempt {w.attempt} and under no notice"
+    if attempt is not None and attempt != w.attempt:
+        return (f"stale report for {e.workload_id}: it is under notice in attempt {w.attempt}, the report is about "
+                f"attempt {attempt}")
+    if w.checkpointed:
+        return f"{e.workload_id} already reported its checkpoint in attempt {w.attempt}"
+    return None
 
 
 #: why an id may be unknown to placement although it was submitted once (forget_ended)
@@ -154,6 +171,8 @@ def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
         case ev.WorkloadRequeued():
             if w.state != "preempted":
                 return f"{wid} is {w.state}; only preempted work is requeued"
+        case ev.WorkloadCheckpointed():
+            return notice_problem(state, e)
     return None
 
 
@@ -624,10 +643,18 @@ class Placement:
         if self.clock.manual:
             return 0.2
         timeout = min(0.5, self.settings.pass_interval_s)
-        nxt = self.state.next_protection_expiry_s()
+        nxt = self._next_wake_s()
         if nxt is not None:
             timeout = min(timeout, max(0.01, nxt - self.clock.now_ms() / 1000))
         return timeout
+
+    def _next_wake_s(self) -> float | None:
+        """When the state next needs a pass by itself: a protection that ends, or the deadline of
+        a notice (the victim that has not reported its checkpoint is preempted then and its
+        GPUs go to the preemptor)."""
+        times = [t for t in (self.state.next_protection_expiry_s(), self.state.next_notice_deadline_s())
+                 if t is not None]
+        return min(times) if times else None
 
     async def _loop(self) -> None:
         durable = f"placement-{self.cluster}"
@@ -678,10 +705,15 @@ class Placement:
                         # a pass that held a preemption back (rule "no cascade") asks for another
                         retry = state.retry_at_s
                         state.retry_at_s = None
+                        notice = state.next_notice_deadline_s()
                         replies.append((reply, {"at_ms": tick.at_ms, "pending": state.pending_count,
                                                 "running": len(state.running),
                                                 "next_protection_expiry_ms": state.ms(nxt) if nxt is not None else None,
-                                                "retry_at_ms": state.ms(retry) if retry is not None else None}))
+                                                "retry_at_ms": state.ms(retry) if retry is not None else None,
+                                                # a driver ticks at a notice's deadline (the victim is
+                                                # preempted then unless it reported its checkpoint)
+                                                "next_notice_deadline_ms":
+                                                    state.ms(notice) if notice is not None else None}))
                     continue
                 try:
                     e = decode_event(m.data)
@@ -712,7 +744,8 @@ class Placement:
             self.stats["inputs"] += accepted
             if not self.clock.manual:
                 now_wall = time.monotonic()
-                nxt = state.next_protection_expiry_s()
+                # a checkpoint reported is an accepted input: the pass below hands its GPUs over
+                nxt = self._next_wake_s()
                 due = nxt is not None and nxt * 1000 <= self.clock.now_ms()
                 if accepted or due or now_wall - self.last_pass_wall >= self.settings.pass_interval_s:
                     out += self._pass(self._now_ms())
@@ -889,6 +922,11 @@ class Placement:
                 if w.state != RUNNING or (attempt is not None and attempt != w.attempt):
                     raise Rejected(f"stale report for {e.workload_id}: it is {w.state} in attempt {w.attempt}, "
                                    f"the report is about attempt {attempt}")
+                return [e]
+            case ev.WorkloadCheckpointed():
+                problem = notice_problem(state, e)
+                if problem is not None:
+                    raise Rejected(problem + (FORGOTTEN_HINT if e.workload_id not in state.workloads else ""))
                 return [e]
             case ev.WorkloadCancelled():
                 w = state.workloads.get(e.workload_id)
