@@ -91,7 +91,9 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
     @app.get("/v1/cluster", tags=["nodes"])
     async def cluster_now(who: Auth) -> dict:
         """Every node and each of its GPUs with the workload holding it (project, user, allocated
-        or not, protected until when), from placement's nodes and the gateway's workloads."""
+        or not, protected until when; ``notice`` when it is preempted with notice: since when, the
+        deadline by which the GPUs are free at the latest, the preemptor waiting for them), from
+        placement's nodes and the gateway's workloads."""
         nodes = (await ask(_query(gw, "nodes")))["nodes"]
         now_ms = gw.clock.now_ms()
         holders: dict[tuple[str, int], dict[str, Any]] = {}
@@ -104,6 +106,11 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
                      # be preempted (unallocated work always, allocated work past its minimum)
                      "protected": bool(d.get("allocated")) and protected_until_ms is not None
                      and protected_until_ms > now_ms}
+            if d.get("notice"):
+                # preempted with notice: it keeps these GPUs while it checkpoints, until it reports
+                # the checkpoint or the deadline; then they go to the preemptor named here
+                entry["notice"] = {k: d["notice"].get(k) for k in
+                                   ("at_ms", "deadline_ms", "by_workload_id", "by_project", "checkpointed_ms")}
             for part in d.get("placement") or []:
                 for gpu in part["gpu_ids"]:
                     holders[(part["node"], gpu)] = entry

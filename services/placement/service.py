@@ -52,6 +52,13 @@ PROPOSABLE = (ev.WorkloadSubmitted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.
               ev.WorkloadCheckpointed, ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
 
 
+def next_notice_deadline_s(state: SchedulerState):
+    """The earliest deadline of a notice running now (None: none). TEMPORARY shim until the
+    core's notice mechanics (branch issue-20, "notice core:") are merged: state.next_notice_deadline_s."""
+    fn = getattr(state, "next_notice_deadline_s", None)
+    return fn() if fn is not None else None
+
+
 def notice_problem(state: SchedulerState, e: ev.WorkloadCheckpointed) -> str | None:
     """Why an executor's ``workload.checkpointed`` cannot be applied (None when it can): only a
     workload under notice, in the attempt the notice was given to, reports its checkpoint, once."""
@@ -59,12 +66,12 @@ def notice_problem(state: SchedulerState, e: ev.WorkloadCheckpointed) -> str | N
     if w is None:
         return f"unknown workload {e.workload_id!r}"
     attempt = e.attempt if e.attempt is not None else attempt_of(e.event_id)
-    if w.state != RUNNING or w.notice_deadline_s is None:
+    if w.state != RUNNING or getattr(w, "notice_deadline_s", None) is None:
         return f"{e.workload_id} is {w.state} in attempt {w.attempt} and under no notice"
     if attempt is not None and attempt != w.attempt:
         return (f"stale report for {e.workload_id}: it is under notice in attempt {w.attempt}, the report is about "
                 f"attempt {attempt}")
-    if w.checkpointed:
+    if getattr(w, "checkpointed", False):
         return f"{e.workload_id} already reported its checkpoint in attempt {w.attempt}"
     return None
 
@@ -652,7 +659,7 @@ class Placement:
         """When the state next needs a pass by itself: a protection that ends, or the deadline of
         a notice (the victim that has not reported its checkpoint is preempted then and its
         GPUs go to the preemptor)."""
-        times = [t for t in (self.state.next_protection_expiry_s(), self.state.next_notice_deadline_s())
+        times = [t for t in (self.state.next_protection_expiry_s(), next_notice_deadline_s(self.state))
                  if t is not None]
         return min(times) if times else None
 
@@ -705,7 +712,7 @@ class Placement:
                         # a pass that held a preemption back (rule "no cascade") asks for another
                         retry = state.retry_at_s
                         state.retry_at_s = None
-                        notice = state.next_notice_deadline_s()
+                        notice = next_notice_deadline_s(state)
                         replies.append((reply, {"at_ms": tick.at_ms, "pending": state.pending_count,
                                                 "running": len(state.running),
                                                 "next_protection_expiry_ms": state.ms(nxt) if nxt is not None else None,

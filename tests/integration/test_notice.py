@@ -1,0 +1,133 @@
+"""Preemption with notice through the real stack: NATS, PostgreSQL, placement, and the process
+executor running ``examples/workloads/counter.py`` as a real process (issue 20, the live target).
+
+alpha runs the counter (4 GPUs, resumable, a periodic checkpoint every 5 steps of 1 s) next to
+a protected workload of its own, so it holds all 8 GPUs of the small cluster; beta, which has
+used nothing in the window, asks twice for a node. Fair share takes the counter both times (the
+other workload of alpha is protected). With a notice the counter checkpoints on SIGTERM, exits
+0, the executor reports it and beta starts then: the counter completes with no work lost (its
+attempts' steps sum to its declared work). Without a notice it loses the steps after its last
+periodic checkpoint, exactly what the log's ``lost_gpu_s`` says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from services.devstack.stack import Stack
+from timeshare import events as ev
+
+from .helpers import client, log_events, of_type, wait_events, wait_for
+
+pytestmark = pytest.mark.integration
+
+COUNTER = Path(__file__).resolve().parents[2] / "examples" / "workloads" / "counter.py"
+WORK_S = 16
+EVERY_S = 5
+GPUS = 4
+
+
+def records(ckpt_dir: Path) -> dict[int, dict]:
+    """The counter's record of each attempt (attempt -> {start_step, step, state, started_at})."""
+    out = {}
+    for path in ckpt_dir.glob("attempt-*.json"):
+        doc = json.loads(path.read_text())
+        out[doc["attempt"]] = doc
+    return dict(sorted(out.items()))
+
+
+async def _run(make_settings, tmp_path, notice_s: int | None, preempt_at_steps: tuple[int, ...]):
+    """The counter preempted by beta once its attempt k has done ``preempt_at_steps[k]`` steps
+    (a quarter of a step later, away from a step's end: the log's whole seconds and the counter's
+    steps then agree); returns (log, the counter's records, seconds it took)."""
+    settings = make_settings(executor="process", executor_data_dir=str(tmp_path / "executor"), kill_grace_s=2.0)
+    stack = await Stack(settings).start()
+    t0 = time.monotonic()
+    cluster, bus = settings.cluster, stack["gateway"].bus
+    ckpt_dir = tmp_path / "executor" / cluster / "checkpoints" / "counter"
+    try:
+        async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
+            r = await alice.post("/v1/workloads", json={
+                "id": "protected", "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": 600,
+                "min_runtime_s": 600})
+            assert r.status_code == 202, r.text
+            body = {"id": "counter", "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": WORK_S,
+                    "min_runtime_s": 2, "resumable": True, "checkpoint_interval_s": EVERY_S,
+                    "command": [sys.executable, str(COUNTER), "--work-s", str(WORK_S),
+                                "--checkpoint-every", str(EVERY_S)]}
+            if notice_s is not None:
+                body["checkpoint_on_notice_s"] = notice_s
+            r = await alice.post("/v1/workloads", json=body)
+            assert r.status_code == 202, r.text
+            for k, steps in enumerate(preempt_at_steps, start=1):
+                async def reached():
+                    doc = records(ckpt_dir).get(k)
+                    return doc if doc and doc["step"] - doc["start_step"] >= steps else None
+
+                doc = await wait_for(reached, timeout_s=30, interval_s=0.01, what=f"attempt {k} at {steps} steps")
+                # a quarter of a step after that step ended (the counter times steps from its start)
+                at = doc["started_at"] + (doc["step"] - doc["start_step"]) + 0.25
+                await asyncio.sleep(max(0.0, at - time.time()))
+                r = await bob.post("/v1/workloads", json={
+                    "id": f"beta-{k}", "project": "beta/debug", "gpu_type": "H100", "gpus": GPUS, "work_s": 2,
+                    "min_runtime_s": 2})
+                assert r.status_code == 202, r.text
+                await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, f"beta-{k}"),
+                                  timeout_s=20 + (notice_s or 0), what=f"beta-{k} to start")
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadCompleted, "counter"),
+                                       timeout_s=60, what="the counter to complete")
+    finally:
+        await stack.stop()
+    return events, records(ckpt_dir), time.monotonic() - t0
+
+
+async def test_a_counter_preempted_twice_with_notice_completes_with_no_work_lost(make_settings, tmp_path):
+    events, attempts, took_s = await _run(make_settings, tmp_path, notice_s=20, preempt_at_steps=(4, 4))
+    notices = of_type(events, ev.WorkloadPreemptionNotice, "counter")
+    checkpoints = of_type(events, ev.WorkloadCheckpointed, "counter")
+    preempted = of_type(events, ev.WorkloadPreempted, "counter")
+    assert [n.attempt for n in notices] == [1, 2] and [c.attempt for c in checkpoints] == [1, 2]
+    assert [n.reason.kind for n in notices] == ["fair_share", "fair_share"]
+    assert [n.reason.by_workload_id for n in notices] == ["beta-1", "beta-2"]
+    assert all(p.checkpointed is True and p.lost_gpu_s == 0 for p in preempted), preempted
+    # each preemptor started when the counter reported its checkpoint, long before the deadline
+    seq = {e.event_id: i for i, e in enumerate(events)}
+    for k, (n, c, p) in enumerate(zip(notices, checkpoints, preempted), start=1):
+        started = of_type(events, ev.WorkloadStarted, f"beta-{k}")[0]
+        assert seq[n.event_id] < seq[c.event_id] < seq[p.event_id] < seq[started.event_id]
+        assert n.deadline_ms == n.at_ms + 20_000
+        assert started.at_ms < n.deadline_ms - 10_000, (started.at_ms - n.at_ms)
+    # the counter's own account: three attempts, each resuming where the last one stopped
+    assert list(attempts) == [1, 2, 3], attempts
+    assert [a["state"] for a in attempts.values()] == ["checkpointed", "checkpointed", "done"]
+    for k in (1, 2):
+        assert attempts[k + 1]["start_step"] == attempts[k]["step"]
+    worked = sum(a["step"] - a["start_step"] for a in attempts.values())
+    assert worked == WORK_S, attempts  # 0 seconds of lost work
+    assert of_type(events, ev.WorkloadCompleted, "counter")[0].attempt == 3
+    assert took_s < 90
+
+
+async def test_without_a_notice_the_counter_loses_what_its_periodic_checkpoint_did_not_cover(
+        make_settings, tmp_path):
+    events, attempts, _ = await _run(make_settings, tmp_path, notice_s=None, preempt_at_steps=(8, 7))
+    assert not of_type(events, ev.WorkloadPreemptionNotice) and not of_type(events, ev.WorkloadCheckpointed)
+    preempted = of_type(events, ev.WorkloadPreempted, "counter")
+    assert len(preempted) == 2 and all(p.checkpointed is msgspec.UNSET for p in preempted)
+    assert list(attempts) == [1, 2, 3] and [a["state"] for a in attempts.values()][-1] == "done"
+    # each attempt resumed from the last periodic checkpoint: 8 -> 5, then 5 + 7 = 12 -> 10
+    assert [a["start_step"] for a in attempts.values()] == [0, 5, 10]
+    lost_steps = [attempts[k]["step"] - attempts[k + 1]["start_step"] for k in (1, 2)]
+    assert lost_steps == [3, 2]
+    # the log says the same: lost GPU-seconds = lost steps x GPUs, progress kept = the checkpoint
+    assert [p.lost_gpu_s for p in preempted] == [s * GPUS for s in lost_steps]
+    assert [p.progress_s for p in preempted] == [5, 10]
+    worked = sum(a["step"] - a["start_step"] for a in attempts.values())
+    assert worked - WORK_S == sum(lost_steps) > 0
