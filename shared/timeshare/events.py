@@ -131,6 +131,9 @@ class WorkloadPreemptionNotice(_Event, frozen=True, kw_only=True, tag="workload.
     reason: PreemptionReason
     deadline_ms: int
     attempt: int | None = None
+    #: where the preemptor (``reason.by_workload_id``) will start once its victims are gone
+    #: (their free GPUs are held for it meanwhile); UNSET for a drain's notice
+    preemptor_nodes: list[str] | UnsetType = UNSET
 
 
 class WorkloadCheckpointed(_Event, frozen=True, kw_only=True, tag="workload.checkpointed"):
