@@ -29,7 +29,7 @@ from timeshare import events as ev
 from timeshare.cluster import NODE_HEALTHY, PlacementError
 from timeshare.drains import drain_needs_human
 from timeshare.scheduler import BudgetPolicy
-from timeshare.state import ENDED, RUNNING, SchedulerState
+from timeshare.state import AWAITING, ENDED, PENDING, RUNNING, SchedulerState
 from timeshare.tree import AllocationTree, TreeError
 from timeshare.units import ms_to_s
 from timeshare.workload import ContractError
@@ -52,28 +52,16 @@ PROPOSABLE = (ev.WorkloadSubmitted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.
               ev.WorkloadCheckpointed, ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
 
 
-def next_notice_deadline_s(state: SchedulerState):
-    """The earliest deadline of a notice running now (None: none). TEMPORARY shim until the
-    core's notice mechanics (branch issue-20, "notice core:") are merged: state.next_notice_deadline_s."""
-    fn = getattr(state, "next_notice_deadline_s", None)
-    return fn() if fn is not None else None
-
-
 def notice_problem(state: SchedulerState, e: ev.WorkloadCheckpointed) -> str | None:
     """Why an executor's ``workload.checkpointed`` cannot be applied (None when it can): only a
-    workload under notice, in the attempt the notice was given to, reports its checkpoint, once."""
-    w = state.workloads.get(e.workload_id)
-    if w is None:
-        return f"unknown workload {e.workload_id!r}"
+    workload under notice, in the attempt the notice was given to, reports its checkpoint, once
+    (the core's rule, ``SchedulerState.replay_problem``; a report id also names its attempt)."""
     attempt = e.attempt if e.attempt is not None else attempt_of(e.event_id)
-    if w.state != RUNNING or getattr(w, "notice_deadline_s", None) is None:
-        return f"{e.workload_id} is {w.state} in attempt {w.attempt} and under no notice"
-    if attempt is not None and attempt != w.attempt:
-        return (f"stale report for {e.workload_id}: it is under notice in attempt {w.attempt}, the report is about "
+    w = state.workloads.get(e.workload_id)
+    if w is not None and attempt is not None and attempt != w.attempt:
+        return (f"stale report for {e.workload_id}: it is {w.state} in attempt {w.attempt}, the report is about "
                 f"attempt {attempt}")
-    if getattr(w, "checkpointed", False):
-        return f"{e.workload_id} already reported its checkpoint in attempt {w.attempt}"
-    return None
+    return state.replay_problem(e)
 
 
 #: why an id may be unknown to placement although it was submitted once (forget_ended)
@@ -154,7 +142,8 @@ def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
         return f"unknown workload {wid!r}"
     match e:
         case ev.WorkloadStarted():
-            if w.state != "pending":
+            # a preemptor awaiting its victims under notice starts on the GPUs held for it
+            if w.state not in (PENDING, AWAITING):
                 return f"{wid} is {w.state}; only pending work starts"
             seen: set[tuple[str, int]] = set()
             for part in e.placement:
@@ -180,6 +169,8 @@ def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
                 return f"{wid} is {w.state}; only preempted work is requeued"
         case ev.WorkloadCheckpointed():
             return notice_problem(state, e)
+        case ev.WorkloadPreemptionNotice():
+            return state.replay_problem(e)
     return None
 
 
@@ -659,9 +650,7 @@ class Placement:
         """When the state next needs a pass by itself: a protection that ends, or the deadline of
         a notice (the victim that has not reported its checkpoint is preempted then and its
         GPUs go to the preemptor)."""
-        times = [t for t in (self.state.next_protection_expiry_s(), next_notice_deadline_s(self.state))
-                 if t is not None]
-        return min(times) if times else None
+        return self.state.next_wake_s()
 
     async def _loop(self) -> None:
         durable = f"placement-{self.cluster}"
@@ -712,7 +701,7 @@ class Placement:
                         # a pass that held a preemption back (rule "no cascade") asks for another
                         retry = state.retry_at_s
                         state.retry_at_s = None
-                        notice = next_notice_deadline_s(state)
+                        notice = state.next_notice_deadline_s()
                         replies.append((reply, {"at_ms": tick.at_ms, "pending": state.pending_count,
                                                 "running": len(state.running),
                                                 "next_protection_expiry_ms": state.ms(nxt) if nxt is not None else None,
@@ -802,9 +791,10 @@ class Placement:
             self.decided.extend(decisions)  # counted in the metrics once the log holds them
             for e in decisions:
                 self._remember(e)
-                if isinstance(e, ev.WorkloadPreempted):
+                if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice)):
                     # the reasons as data, on the trace: why this workload was preempted
-                    span.add_event("preempted", {"workload_id": e.workload_id, "reason": e.reason.kind,
+                    span.add_event("preempted" if isinstance(e, ev.WorkloadPreempted) else "notified",
+                                   {"workload_id": e.workload_id, "reason": e.reason.kind,
                                                  "message": e.reason.message})
             span.set_attribute("timeshare.decisions", len(decisions))
         self.stats["passes"] += 1
@@ -859,6 +849,12 @@ class Placement:
                 attrs.update(telemetry.attributes_of("timeshare.preemption", e.reason, skip=("rejected",)))
                 attrs.update({"timeshare.resumable": e.resumable, "timeshare.progress_s": e.progress_s,
                               "timeshare.lost_gpu_s": e.lost_gpu_s})
+                if e.checkpointed is not msgspec.UNSET:  # after a notice
+                    attrs.update({"timeshare.checkpointed": e.checkpointed,
+                                  "timeshare.checkpoint_gpu_s": e.checkpoint_gpu_s})
+            elif isinstance(e, ev.WorkloadPreemptionNotice):
+                attrs.update(telemetry.attributes_of("timeshare.preemption", e.reason, skip=("rejected",)))
+                attrs.update({"timeshare.deadline_ms": e.deadline_ms, "timeshare.attempt": e.attempt or 0})
             # a workload whose trace is unknown (submitted before a snapshot) hangs under the pass
             parent = self.trace_ctx.get(wid)
             span = self.tracer.start_span(f"placement.pass {ev.event_type(e)}", context=parent, links=link,

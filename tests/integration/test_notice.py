@@ -113,6 +113,9 @@ async def test_a_counter_preempted_twice_with_notice_completes_with_no_work_lost
     assert worked == WORK_S, attempts  # 0 seconds of lost work
     assert of_type(events, ev.WorkloadCompleted, "counter")[0].attempt == 3
     assert took_s < 90
+    print(f"with notice: attempts {[(a['start_step'], a['step']) for a in attempts.values()]}, worked {worked} "
+          f"of {WORK_S} steps; handed over {[c.at_ms - n.at_ms for n, c in zip(notices, checkpoints)]} ms after "
+          f"the notice; checkpoint_gpu_s {[p.checkpoint_gpu_s for p in preempted]}; {took_s:.1f} s")
 
 
 async def test_without_a_notice_the_counter_loses_what_its_periodic_checkpoint_did_not_cover(
@@ -131,3 +134,5 @@ async def test_without_a_notice_the_counter_loses_what_its_periodic_checkpoint_d
     assert [p.progress_s for p in preempted] == [5, 10]
     worked = sum(a["step"] - a["start_step"] for a in attempts.values())
     assert worked - WORK_S == sum(lost_steps) > 0
+    print(f"without notice: attempts {[(a['start_step'], a['step']) for a in attempts.values()]}, worked {worked} "
+          f"of {WORK_S} steps; lost_gpu_s {[p.lost_gpu_s for p in preempted]}")
