@@ -251,3 +251,55 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     # ReDoc's footer logo is an <img> from its makers' host: it fails offline, nothing else does
     assert not scripts, scripts
     assert not errors, errors
+
+
+async def test_the_cluster_view_marks_gpus_under_notice_and_explain_says_until_when(make_settings, browser,
+                                                                                   screenshots):
+    """alpha's two hogs declare a 30-s notice; beta's request takes one: its GPUs are marked under
+    notice (held for beta's request, free by the deadline), and explain says so on both sides."""
+    from services.devstack.stack import Stack
+
+    stack = await Stack(make_settings()).start()
+    try:
+        cluster, bus = stack.settings.cluster, stack["gateway"].bus
+        async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
+            for i in range(2):
+                r = await alice.post("/v1/workloads", json={
+                    "project": "alpha/train", "gpu_type": "H100", "gpus": 4, "work_s": 600, "min_runtime_s": 2,
+                    "resumable": True, "checkpoint_interval_s": 60, "checkpoint_on_notice_s": 30, "id": f"hog-{i}"})
+                assert r.status_code == 202, r.text
+            await wait_events(bus, cluster, lambda es: len(of_type(es, ev.WorkloadStarted)) == 2)
+            r = await bob.post("/v1/workloads", json={"project": "beta/debug", "gpu_type": "H100", "gpus": 4,
+                                                       "work_s": 600, "min_runtime_s": 600, "id": "newcomer"})
+            assert r.status_code == 202
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadPreemptionNotice),
+                                       timeout_s=15, what="a notice")
+            notice = of_type(events, ev.WorkloadPreemptionNotice)[0]
+            victim = notice.workload_id
+            assert notice.reason.by_workload_id == "newcomer" and notice.deadline_ms == notice.at_ms + 30_000
+            await wait_for(lambda: _has_notice(alice, victim), 10, what="the notice in the gateway")
+            said = (await alice.get(f"/v1/workloads/{victim}/explain")).json()["summary"]
+            assert said.startswith("Preempted with notice: notified at ") and "checkpointing, GPUs free for newcomer by" \
+                in said, said
+            said = (await bob.get("/v1/workloads/newcomer/explain")).json()["summary"]
+            assert said.startswith(f"Waiting for the GPUs of {victim} under notice"), said
+        page = await browser.new_page()
+        await page.goto(f"{stack['gateway'].url}/ui#token=tok-admin")
+        await _open(page, f"{stack['gateway'].url}/ui/cluster", screenshots / "cluster-notice.png")
+        marked = page.locator(".gpu.notice[data-workload]")
+        assert await marked.count() == 4
+        assert {await g.get_attribute("data-workload") for g in await marked.all()} == {victim}
+        assert {await g.get_attribute("data-held-for") for g in await marked.all()} == {"newcomer"}
+        assert {await g.get_attribute("data-notice-deadline") for g in await marked.all()} == {str(notice.deadline_ms)}
+        assert "under notice since" in await marked.first.get_attribute("title")
+        assert await page.locator("#cluster .gpu.notice:not([data-workload])").count() == 0
+        assert "under notice" in await page.locator("#legend-notice").inner_text()
+        other = "hog-1" if victim == "hog-0" else "hog-0"
+        assert await page.locator(f'.gpu.notice[data-workload="{other}"]').count() == 0
+        await page.close()
+    finally:
+        await stack.stop()
+
+
+async def _has_notice(http, wid: str) -> bool:
+    return bool((await http.get(f"/v1/workloads/{wid}")).json().get("notice"))
