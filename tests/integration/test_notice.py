@@ -43,7 +43,7 @@ def records(ckpt_dir: Path) -> dict[int, dict]:
     return dict(sorted(out.items()))
 
 
-async def _run(make_settings, tmp_path, notice_s: int | None, preempt_at_steps: tuple[int, ...]):
+async def _run(make_settings, tmp_path, notice_s: int | None, preempt_at_steps: tuple[int, ...], then=None):
     """The counter preempted by beta once its attempt k has done ``preempt_at_steps[k]`` steps
     (a quarter of a step later, away from a step's end: the log's whole seconds and the counter's
     steps then agree); returns (log, the counter's records, seconds it took)."""
@@ -83,13 +83,38 @@ async def _run(make_settings, tmp_path, notice_s: int | None, preempt_at_steps: 
                                   timeout_s=20 + (notice_s or 0), what=f"beta-{k} to start")
             events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadCompleted, "counter"),
                                        timeout_s=60, what="the counter to complete")
+            if then is not None:
+                await then(stack)
     finally:
         await stack.stop()
     return events, records(ckpt_dir), time.monotonic() - t0
 
 
+async def _forged_checkpoints_are_refused(stack) -> None:
+    """A checkpoint report of an attempt that is over, or of work under no notice, is
+    dead-lettered with its reason and the log does not move."""
+    from .test_poison import dead_letters
+
+    cluster, executor = stack.settings.cluster, stack["executor"]
+    before = len(await log_events(executor.bus, cluster))
+    for wid, attempt in (("counter", 1), ("protected", 1)):
+        await executor.bus.propose(ev.WorkloadCheckpointed(
+            event_id=f"ckpt.{wid}.{attempt}.forged", at_ms=int(time.time() * 1000), cluster=cluster, workload_id=wid,
+            attempt=attempt))
+
+    async def refused():
+        reasons = [m.headers.get("Timeshare-Reason", "") for m in await dead_letters(executor.bus, f"placement-{cluster}")]
+        return reasons if len(reasons) >= 2 else None
+
+    reasons = await wait_for(refused, timeout_s=10, what="the forged reports dead-lettered")
+    assert any("stale report for counter" in r for r in reasons), reasons
+    assert any("protected is not writing a checkpoint under notice" in r for r in reasons), reasons
+    assert len(await log_events(executor.bus, cluster)) == before
+
+
 async def test_a_counter_preempted_twice_with_notice_completes_with_no_work_lost(make_settings, tmp_path):
-    events, attempts, took_s = await _run(make_settings, tmp_path, notice_s=20, preempt_at_steps=(4, 4))
+    events, attempts, took_s = await _run(make_settings, tmp_path, notice_s=20, preempt_at_steps=(4, 4),
+                                          then=_forged_checkpoints_are_refused)
     notices = of_type(events, ev.WorkloadPreemptionNotice, "counter")
     checkpoints = of_type(events, ev.WorkloadCheckpointed, "counter")
     preempted = of_type(events, ev.WorkloadPreempted, "counter")
