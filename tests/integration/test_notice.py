@@ -161,3 +161,34 @@ async def test_without_a_notice_the_counter_loses_what_its_periodic_checkpoint_d
     assert worked - WORK_S == sum(lost_steps) > 0
     print(f"without notice: attempts {[(a['start_step'], a['step']) for a in attempts.values()]}, worked {worked} "
           f"of {WORK_S} steps; lost_gpu_s {[p.lost_gpu_s for p in preempted]}")
+
+
+async def test_the_simulated_executor_checkpoints_in_its_declared_notice_time(make_settings):
+    """The devstack's executor: a noticed workload writes its checkpoint after its declared
+    ``checkpoint_on_notice_s`` x ``time_scale`` (here 4 s x 0.5), and its preemptor starts then."""
+    stack = await Stack(make_settings(time_scale=0.5)).start()
+    try:
+        cluster, bus = stack.settings.cluster, stack["gateway"].bus
+        async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
+            for wid, notice in (("noticed", 4), ("protected", None)):
+                body = {"id": wid, "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": 600,
+                        "min_runtime_s": 1 if notice else 600, "resumable": True, "checkpoint_interval_s": 60}
+                if notice:
+                    body["checkpoint_on_notice_s"] = notice
+                assert (await alice.post("/v1/workloads", json=body)).status_code == 202
+            await wait_events(bus, cluster, lambda es: len(of_type(es, ev.WorkloadStarted)) == 2)
+            await asyncio.sleep(1.2)  # past the noticed one's minimum runtime
+            r = await bob.post("/v1/workloads", json={"id": "newcomer", "project": "beta/debug", "gpu_type": "H100",
+                                                       "gpus": GPUS, "work_s": 60, "min_runtime_s": 60})
+            assert r.status_code == 202, r.text
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "newcomer"),
+                                       timeout_s=15, what="the newcomer to start")
+    finally:
+        await stack.stop()
+    (notice,) = of_type(events, ev.WorkloadPreemptionNotice, "noticed")
+    (checkpoint,) = of_type(events, ev.WorkloadCheckpointed, "noticed")
+    (preempted,) = of_type(events, ev.WorkloadPreempted, "noticed")
+    assert notice.deadline_ms == notice.at_ms + 4000
+    assert 1800 <= checkpoint.at_ms - notice.at_ms <= 3000, checkpoint.at_ms - notice.at_ms
+    assert preempted.checkpointed is True and preempted.lost_gpu_s == 0
+    assert of_type(events, ev.WorkloadStarted, "newcomer")[0].at_ms < notice.deadline_ms
