@@ -833,9 +833,9 @@ class SchedulerState:
                         message=f"node {node.name} is unhealthy and drains as work reaches its minimum runtime")
                     if self.gives_notice(w):
                         if self.storage_admits([w]):
-                            e = self.notice_event(w, now_s, reason, None)
-                            self.apply(e)
-                            out.append(e)
+                            notice = self.notice_event(w, now_s, reason, None)
+                            self.apply(notice)
+                            out.append(notice)
                         continue  # else the storage is busy: a later pass gives the notice
                     for e in self.preempted(w, now_s, reason):
                         self.apply(e)

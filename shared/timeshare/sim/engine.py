@@ -104,8 +104,8 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
             push(ms_to_s(e.deadline_ms), _WAKE, None)
             storage.add(w.id, w.attempt, w.spec.checkpoint_size_gb, w.spec.notice_s, e.at_ms)
             storage_changed()
-        elif storage.writers and getattr(e, "workload_id", None) in storage.writers and type(e) in _STOPS:
-            storage.remove(e.workload_id, e.at_ms)  # type: ignore[attr-defined]  # (checked above)
+        elif storage.writers and isinstance(e, _STOPS) and e.workload_id in storage.writers:
+            storage.remove(e.workload_id, e.at_ms)
             storage_changed()
 
     def apply_all(events: list[ev.Event], now_s: Seconds) -> None:

@@ -48,13 +48,13 @@ class CheckpointStorage:
                 done = min(w.gb_left, w.rate * dt_s)
                 w.gb_left -= done
                 self.written_gb += done
-                if w.gb_left < 1e-9:
+                if w.gb_left < 1e-6:
                     w.gb_left = 0.0
         self.last_ms = now_ms
 
     def _share(self, now_ms: int) -> None:
         """Max-min fair rates (water-filling) for the writers with data left."""
-        active = sorted((w.own_gbps, wid) for wid, w in self.writers.items() if w.gb_left > 0)
+        active = sorted((w.own_gbps, wid) for wid, w in self.writers.items() if w.gb_left > 1e-6)
         for w in self.writers.values():
             w.rate = 0.0
         left = math.inf if self.bandwidth_gbps is None else self.bandwidth_gbps
@@ -85,11 +85,12 @@ class CheckpointStorage:
 
     def finish_ms(self, workload_id: str) -> int | None:
         w = self.writers[workload_id]
-        if w.gb_left <= 0:
+        if w.gb_left <= 1e-6:
             return max(w.earliest_ms, self.last_ms)
         if w.rate <= 0:
             return None
-        return max(w.earliest_ms, self.last_ms + math.ceil(w.gb_left / w.rate * 1000))
+        # (less a rounding error: at its own rate a checkpoint ends at its declared time exactly)
+        return max(w.earliest_ms, self.last_ms + math.ceil(w.gb_left / w.rate * 1000 - 1e-6))
 
     def next_finish(self) -> tuple[int, str] | None:
         """(ms, workload id) of the next checkpoint to finish at the current rates, or None."""
@@ -104,7 +105,7 @@ class CheckpointStorage:
         """Whether ``workload_id``'s checkpoint is written by ``now_ms`` (advancing to then)."""
         self._advance(now_ms)
         w = self.writers.get(workload_id)
-        return w is not None and w.gb_left <= 0 and w.earliest_ms <= now_ms
+        return w is not None and w.gb_left <= 1e-6 and w.earliest_ms <= now_ms
 
     def hourly_peak_gbps(self, end_ms: int) -> list[float]:
         """The highest demand of each hour of the run (GB/s)."""
