@@ -62,7 +62,7 @@ def checkpoint_dir(base: str, cluster: str, workload_id: str) -> str:
 
 class Running:
     __slots__ = ("workload_id", "attempt", "end_ms", "spec", "placement", "handle", "procs", "stopping",
-                 "started_seq", "trace_ctx", "notice_deadline_ms", "checkpoint_at_ms", "killer")
+                 "started_seq", "trace_ctx", "notice_deadline_ms", "checkpoint_reported", "killer")
 
     def __init__(self, workload_id, attempt, end_ms, spec, placement, started_seq: int = 0):
         self.workload_id = workload_id
@@ -79,8 +79,8 @@ class Running:
         self.trace_ctx = None
         #: under notice: the deadline (SIGKILL then); None while it runs without one
         self.notice_deadline_ms: int | None = None
-        #: simulated work under notice: when its checkpoint is written (the manual clock's advance)
-        self.checkpoint_at_ms: int | None = None
+        #: its checkpoint was reported (simulated: its work stopped at the notice, no completion)
+        self.checkpoint_reported = False
         #: the timer that sends SIGKILL at the deadline
         self.killer: asyncio.TimerHandle | None = None
 
@@ -103,6 +103,11 @@ class Executor:
         from ..common.settings import ROOT
 
         self.data_dir = settings.executor_data_dir or str(ROOT / ".run" / "executor")
+        from timeshare.sim.storage import CheckpointStorage
+
+        #: simulated work under notice writes its checkpoint here, as in the simulator
+        self.storage = CheckpointStorage(config.cluster().checkpoint_bandwidth_gbps)
+        self.storage_timer: asyncio.TimerHandle | None = None
         self.specs: dict[str, object] = {}
         self.running: dict[str, Running] = {}
         self.stop_event = asyncio.Event()
@@ -190,6 +195,8 @@ class Executor:
 
     async def stop(self) -> None:
         self.stop_event.set()
+        if self.storage_timer is not None:
+            self.storage_timer.cancel()
         for r in list(self.running.values()):
             if r.handle is not None:
                 r.handle.cancel()
@@ -255,6 +262,9 @@ class Executor:
                 if not (isinstance(e, ev.WorkloadPreempted) and e.resumable):
                     self.specs.pop(e.workload_id, None)  # ended for good: never started again
                 r = self.running.pop(e.workload_id, None)
+                if e.workload_id in self.storage.writers:  # it stopped writing (as the simulator's storage)
+                    self.storage.remove(e.workload_id, e.at_ms)
+                    self._storage_changed()
                 if r is not None:
                     r.stopping = True
                     if r.handle is not None:
@@ -280,10 +290,8 @@ class Executor:
         if r.under_notice:
             # noticed before it was launched (in the same batch, or before this executor
             # restarted): a process started only to be stopped again would save nothing, placement
-            # preempts it at the deadline (its periodic checkpoint); simulated work checkpoints
-            if r.checkpoint_at_ms is not None and not self.clock.manual:
-                r.handle = asyncio.get_running_loop().call_later(
-                    max(0.0, (r.checkpoint_at_ms - self.clock.now_ms()) / 1000), self._checkpointed_soon, r)
+            # preempts it at the deadline (its periodic checkpoint); simulated work writes its
+            # checkpoint in the storage model (its timer is the executor's, _storage_changed)
             return
         if self.kind == "process" and r.spec.command:
             r.handle = asyncio.ensure_future(self._run_processes(r))
@@ -296,7 +304,8 @@ class Executor:
         asyncio.ensure_future(self._report(r, exit_code, self.clock.now_ms()))
 
     async def _report(self, r: Running, exit_code: int | None, at_ms: int, reason: str = "") -> None:
-        if r.stopping or self.stop_event.is_set() or self.running.get(r.workload_id) is not r:
+        if r.stopping or self.stop_event.is_set() or self.running.get(r.workload_id) is not r \
+                or (r.checkpoint_reported and not r.procs):
             return
         r.stopping = True
         if exit_code == 0:
@@ -330,9 +339,9 @@ class Executor:
 
     # -- preemption with notice -------------------------------------------------------------
     def _notice(self, r: Running, deadline_ms: int, at_ms: int) -> None:
-        """SIGTERM now, SIGKILL at the deadline (processes); the checkpoint written after the
-        declared notice time from ``at_ms`` (simulated work). Applied while catching up too:
-        nothing runs yet then, and ``_launch`` leaves work under notice alone."""
+        """SIGTERM now, SIGKILL at the deadline (processes); simulated work starts writing its
+        checkpoint in the storage model. Applied while catching up too: nothing runs yet then,
+        and ``_launch`` leaves work under notice alone."""
         r.notice_deadline_ms = deadline_ms
         if self.kind == "process" and r.spec.command:
             if r.procs:  # else they are being started: _run_processes calls this again
@@ -340,17 +349,46 @@ class Executor:
                 delay_s = max(0.0, (deadline_ms - self.clock.now_ms()) / 1000)
                 r.killer = asyncio.get_running_loop().call_later(delay_s, self._signal, r, signal.SIGKILL)
             return
-        # simulated: its checkpoint is written in its declared time, unless its work ends first
+        # simulated, as the simulator models it (timeshare.sim.storage): the checkpoint takes its
+        # declared time, longer when checkpoints written at once share too little bandwidth; its
+        # work goes on meanwhile (it may complete first) and stops when the checkpoint is written
         scale = 1.0 if self.clock.manual else self.settings.time_scale
-        written_ms = at_ms + int(round(r.spec.notice_s * 1000 * scale))
-        if written_ms >= r.end_ms or written_ms > deadline_ms:
-            return  # it completes first (or could not checkpoint in time: ended at the deadline)
-        r.checkpoint_at_ms = written_ms
-        if r.handle is not None and not self.clock.manual:  # its completion timer, replaced
-            r.handle.cancel()
-            r.handle = asyncio.get_running_loop().call_later(
-                max(0.0, (written_ms - self.clock.now_ms()) / 1000), self._checkpointed_soon, r)
-        # manual clock: no timer runs; ``advance`` reports the checkpoint when its time comes
+        self.storage.add(r.workload_id, r.attempt, r.spec.checkpoint_size_gb, r.spec.notice_s * scale, at_ms)
+        self._storage_changed()
+
+    def _storage_changed(self) -> None:
+        """Wall clock: one timer at the next checkpoint the storage finishes (the manual clock's
+        ``advance`` reports them instead)."""
+        if self.clock.manual:
+            return
+        if self.storage_timer is not None:
+            self.storage_timer.cancel()
+            self.storage_timer = None
+        nxt = self.storage.next_finish()
+        if nxt is not None:
+            self.storage_timer = asyncio.get_running_loop().call_later(
+                max(0.0, (nxt[0] - self.clock.now_ms()) / 1000), self._checkpoints_due)
+
+    def _checkpoints_due(self) -> None:
+        self.storage_timer = None
+        for r, at_ms in self._written_by(self.clock.now_ms()):
+            asyncio.ensure_future(self._report_checkpointed(r, at_ms))
+        self._storage_changed()
+
+    def _written_by(self, now_ms: int) -> list[tuple[Running, int]]:
+        """Checkpoints the storage finished by ``now_ms``, in the order they finished (each at
+        its own time; the rates change as each one ends), taken out of the storage."""
+        out = []
+        while True:
+            nxt = self.storage.next_finish()
+            if nxt is None or nxt[0] > now_ms:
+                return out
+            at_ms, wid = nxt
+            finished = self.storage.finished(wid, at_ms)
+            self.storage.remove(wid, at_ms)
+            r = self.running.get(wid)
+            if finished and r is not None and r.under_notice and not r.stopping:
+                out.append((r, at_ms))
 
     def _signal(self, r: Running, sig: int) -> None:
         for p in r.procs:
@@ -360,15 +398,13 @@ class Executor:
                 except ProcessLookupError:
                     pass
 
-    def _checkpointed_soon(self, r: Running) -> None:
-        r.checkpoint_at_ms = None
-        asyncio.ensure_future(self._report_checkpointed(r, self.clock.now_ms()))
-
     async def _report_checkpointed(self, r: Running, at_ms: int) -> None:
         """Propose ``workload.checkpointed`` for this attempt (placement accepts it only while
         the workload is under notice in that attempt; a repeat dedups by its id)."""
-        if self.stop_event.is_set() or self.running.get(r.workload_id) is not r:
+        if self.stop_event.is_set() or self.running.get(r.workload_id) is not r or r.stopping \
+                or r.checkpoint_reported:
             return
+        r.checkpoint_reported = True  # its work stops here: no completion is reported after it
         e = ev.WorkloadCheckpointed(event_id=ended_id(CHECKPOINTED, r.workload_id, r.attempt), at_ms=at_ms,
                                     cluster=self.cluster, workload_id=r.workload_id, attempt=r.attempt)
         span = self.tracer.start_span("executor workload.checkpointed", context=r.trace_ctx, attributes={
@@ -402,15 +438,11 @@ class Executor:
         the order it started (the simulator's order)."""
         if log_seq:
             await self.wait_for_seq(log_seq)
-        # a workload under notice whose checkpoint is written by now reports that instead
-        saving = sorted((r for r in self.running.values() if r.checkpoint_at_ms is not None
-                         and r.checkpoint_at_ms <= now_ms and not r.stopping),
-                        key=lambda r: (r.checkpoint_at_ms, r.started_seq, r.workload_id))
-        for r in saving:
-            at_ms, r.checkpoint_at_ms = r.checkpoint_at_ms, None
-            r.stopping = True  # its work does not go on: its end is the preemption that follows
+        # checkpoints written by now (the storage model), before completions of the same moment
+        for r, at_ms in self._written_by(now_ms):
             await self._report_checkpointed(r, at_ms)
-        due = sorted((r for r in self.running.values() if r.end_ms <= now_ms and not r.stopping),
+        due = sorted((r for r in self.running.values() if r.end_ms <= now_ms and not r.stopping
+                       and not r.checkpoint_reported),
                      key=lambda r: (r.end_ms, r.started_seq, r.workload_id))
         for r in due:
             await self._report(r, 0, r.end_ms)
