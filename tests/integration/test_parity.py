@@ -44,6 +44,11 @@ async def test_live_services_make_the_simulators_decisions(make_settings, name):
     from services.devstack.stack import Stack
     from services.placement.view import digest
 
+    if name == "parity-notice":
+        from services.gateway.limits import SubmitBody
+
+        if "checkpoint_on_notice_s" not in SubmitBody.__struct_fields__:
+            pytest.skip("this gateway takes no notice fields yet (issue 20's live part adds them)")
     path = DATA / f"{name}.toml"
     scenario = load_scenario(path)
     sim_events: list[ev.Event] = []
