@@ -192,3 +192,45 @@ async def test_the_simulated_executor_checkpoints_in_its_declared_notice_time(ma
     assert 1800 <= checkpoint.at_ms - notice.at_ms <= 3000, checkpoint.at_ms - notice.at_ms
     assert preempted.checkpointed is True and preempted.lost_gpu_s == 0
     assert of_type(events, ev.WorkloadStarted, "newcomer")[0].at_ms < notice.deadline_ms
+
+
+async def test_a_process_that_ignores_its_notice_is_killed_at_the_deadline_and_placement_wakes_for_it(
+        make_settings, tmp_path):
+    """SIGTERM at the notice, ignored; SIGKILL at the deadline; placement runs a pass at that
+    deadline by itself (its pass interval here is 5 s) and preempts it without a checkpoint."""
+    from .test_executor_health import alive, command
+
+    stack = await Stack(make_settings(executor="process", executor_data_dir=str(tmp_path / "executor"),
+                                      kill_grace_s=30.0)).start()
+    try:
+        cluster, bus = stack.settings.cluster, stack["gateway"].bus
+        assert stack.settings.pass_interval_s >= 5
+        async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
+            for wid, notice in (("stubborn", 2), ("protected", None)):
+                body = {"id": wid, "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": 600,
+                        "min_runtime_s": 1 if notice else 600, "resumable": True, "checkpoint_interval_s": 60,
+                        "command": command(tmp_path, "stubborn")}
+                if notice:
+                    body["checkpoint_on_notice_s"] = notice
+                assert (await alice.post("/v1/workloads", json=body)).status_code == 202
+            env_file = tmp_path / "stubborn.0.env"
+            await wait_for(lambda: asyncio.sleep(0, env_file.exists()), timeout_s=15, what="the process to run")
+            env = json.loads(env_file.read_text())
+            await asyncio.sleep(1.2)  # past its minimum runtime
+            r = await bob.post("/v1/workloads", json={"id": "newcomer", "project": "beta/debug", "gpu_type": "H100",
+                                                       "gpus": GPUS, "work_s": 60, "min_runtime_s": 60})
+            assert r.status_code == 202, r.text
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "newcomer"),
+                                       timeout_s=20, what="the newcomer to start")
+        (notice,) = of_type(events, ev.WorkloadPreemptionNotice, "stubborn")
+        (preempted,) = of_type(events, ev.WorkloadPreempted, "stubborn")
+        assert (tmp_path / "stubborn.0.term").exists()  # SIGTERM came with the notice
+        termed_ms = float((tmp_path / "stubborn.0.term").read_text()) * 1000
+        assert termed_ms - notice.at_ms < 1000
+        assert not alive(env["pid"])  # killed (a 30-s stop grace would still be running)
+        assert not of_type(events, ev.WorkloadCheckpointed)
+        assert preempted.checkpointed is False and preempted.progress_s == 0 and preempted.lost_gpu_s > 0
+        # the pass at the deadline, not the next periodic one
+        assert notice.deadline_ms <= preempted.at_ms < notice.deadline_ms + 1000, preempted.at_ms - notice.deadline_ms
+    finally:
+        await stack.stop()
