@@ -147,6 +147,10 @@ async def test_without_a_notice_the_counter_loses_what_its_periodic_checkpoint_d
         make_settings, tmp_path):
     events, attempts, _ = await _run(make_settings, tmp_path, notice_s=None, preempt_at_steps=(8, 7))
     assert not of_type(events, ev.WorkloadPreemptionNotice) and not of_type(events, ev.WorkloadCheckpointed)
+    # no notice declared: its submission and preemptions encode as before notices existed
+    for e in of_type(events, ev.WorkloadSubmitted, "counter") + of_type(events, ev.WorkloadPreempted, "counter"):
+        raw = msgspec.json.encode(e)
+        assert b"notice" not in raw and b"checkpoint_gb" not in raw and b"checkpointed" not in raw, raw
     preempted = of_type(events, ev.WorkloadPreempted, "counter")
     assert len(preempted) == 2 and all(p.checkpointed is msgspec.UNSET for p in preempted)
     assert list(attempts) == [1, 2, 3] and [a["state"] for a in attempts.values()][-1] == "done"
