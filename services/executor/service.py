@@ -179,7 +179,13 @@ class Executor:
                 start_ms = state.ms(w.run_start_s)
                 end_ms = start_ms + int(round((w.spec.work_s - w.progress_s) * 1000 * scale))
                 placement = [ev.NodeGpus(node=node.name, gpu_ids=list(gpus)) for node, gpus in w.placement]
-                self.running[wid] = Running(wid, w.attempt, end_ms, w.spec, placement)
+                self.running[wid] = r = Running(wid, w.attempt, end_ms, w.spec, placement)
+                if w.notice is not None:  # under notice at the snapshot: not started again (_launch)
+                    r.checkpoint_reported = w.notice.checkpointed_s is not None
+                    if r.checkpoint_reported:
+                        r.notice_deadline_ms = state.ms(w.notice.deadline_s)
+                    else:
+                        self._notice(r, state.ms(w.notice.deadline_s), state.ms(w.notice.notified_s))
         self.last_seq = snap["log_seq"]
         log.info("executor %s starts from the snapshot at log seq %d (%d running)", self.cluster,
                  snap["log_seq"], len(self.running))

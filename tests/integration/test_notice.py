@@ -238,3 +238,42 @@ async def test_a_process_that_ignores_its_notice_is_killed_at_the_deadline_and_p
         assert notice.deadline_ms <= preempted.at_ms < notice.deadline_ms + 1000, preempted.at_ms - notice.deadline_ms
     finally:
         await stack.stop()
+
+
+async def test_an_executor_restarted_from_the_snapshot_still_writes_the_checkpoint_of_work_under_notice(
+        make_settings):
+    """Placement's snapshot holds the notice; an executor started from it (the log before it no
+    longer read) resumes the checkpoint being written and reports it before the deadline."""
+    stack = await Stack(make_settings(time_scale=0.5, snapshot_every=1, purge_log="off")).start()
+    try:
+        cluster, bus = stack.settings.cluster, stack["gateway"].bus
+        async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
+            for wid, notice in (("noticed", 6), ("protected", None)):
+                body = {"id": wid, "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": 600,
+                        "min_runtime_s": 1 if notice else 600, "resumable": True, "checkpoint_interval_s": 60}
+                if notice:
+                    body["checkpoint_on_notice_s"] = notice
+                assert (await alice.post("/v1/workloads", json=body)).status_code == 202
+            await wait_events(bus, cluster, lambda es: len(of_type(es, ev.WorkloadStarted)) == 2)
+            await asyncio.sleep(1.2)
+            await stack.stop_service("executor")
+            r = await bob.post("/v1/workloads", json={"id": "newcomer", "project": "beta/debug", "gpu_type": "H100",
+                                                       "gpus": GPUS, "work_s": 60, "min_runtime_s": 60})
+            assert r.status_code == 202, r.text
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadPreemptionNotice), timeout_s=10,
+                                       what="the notice")
+            placement = stack["placement"]
+            holding = placement.last_log_seq  # the log holds the notice up to here
+            await wait_for(lambda: asyncio.sleep(0, placement.snapshot_seq >= holding), timeout_s=10,
+                           what="a snapshot holding the notice")
+            executor = await stack.start_service("executor")
+            assert executor.running["noticed"].under_notice  # from the snapshot, not the log
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "newcomer"),
+                                       timeout_s=15, what="the newcomer to start")
+    finally:
+        await stack.stop()
+    (notice,) = of_type(events, ev.WorkloadPreemptionNotice, "noticed")
+    (checkpoint,) = of_type(events, ev.WorkloadCheckpointed, "noticed")
+    (preempted,) = of_type(events, ev.WorkloadPreempted, "noticed")
+    assert checkpoint.at_ms - notice.at_ms == 3000  # 6 s x 0.5, as the storage model started it
+    assert preempted.checkpointed is True and preempted.at_ms < notice.deadline_ms
