@@ -110,6 +110,18 @@ async def _forged_checkpoints_are_refused(stack) -> None:
     assert any("stale report for counter" in r for r in reasons), reasons
     assert any("protected is not writing a checkpoint under notice" in r for r in reasons), reasons
     assert len(await log_events(executor.bus, cluster)) == before
+    # and the log with its notices, checkpoints and awaiting starts is one a new leader accepts
+    # record by record (placement's check), rebuilding the leader's state
+    from services.placement.service import check_replayable
+    from services.placement.view import digest
+    from timeshare.state import SchedulerState
+
+    config = stack["placement"].config
+    state = SchedulerState(config.tree(), config.cluster(), config.policy, name=cluster)
+    for e in await log_events(executor.bus, cluster):
+        assert check_replayable(state, e) is None, (e, check_replayable(state, e))
+        state.apply(e)
+    assert digest(state) == digest(stack["placement"].state)
 
 
 async def test_a_counter_preempted_twice_with_notice_completes_with_no_work_lost(make_settings, tmp_path):
