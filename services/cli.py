@@ -294,6 +294,13 @@ def _cmd_status(args) -> int:
         lines.append(f"  protected (minimum runtime) until {_utc(r['protected_until_ms'])}")
     if r.get("placement"):
         lines.append("  on " + ", ".join(f"{p['node']} GPUs {p['gpu_ids']}" for p in r["placement"]))
+    notice = r.get("notice")
+    if notice:  # preempted with notice: checkpointing, its GPUs free by the deadline at the latest
+        lines.append(f"  under notice since {_utc(notice.get('at_ms'))}: "
+                     + (f"checkpointed {_utc(notice['checkpointed_ms'])}" if notice.get("checkpointed_ms")
+                        else "checkpointing")
+                     + f", GPUs free by {_utc(notice.get('deadline_ms'))} at the latest"
+                     + (f" (for {notice['by_workload_id']})" if notice.get("by_workload_id") else ""))
     if r.get("last_reason"):
         lines.append(f"  last reason: {r['last_reason'].get('message') or r['last_reason'].get('kind')}")
     for h in r.get("history", []):

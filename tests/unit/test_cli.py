@@ -130,6 +130,15 @@ def test_submit_sends_durations_written_as_people_do_in_seconds(work, seconds, g
     assert capsys.readouterr().out.startswith("submitted w-1 (2 x H100 for a/b")
 
 
+def test_status_of_work_under_notice_says_until_when_its_gpus_are_held(gateway, capsys):
+    answers, _ = gateway
+    answers["GET", "/v1/workloads/w-1"] = dict(STATUS, notice={
+        "at_ms": 1796135525000, "deadline_ms": 1796135615000, "by_workload_id": "w-2", "checkpointed_ms": None})
+    assert main(["status", "w-1"]) == 0
+    assert ("  under notice since 2026-12-01 14:32:05Z: checkpointing, GPUs free by 2026-12-01 14:33:35Z at the "
+            "latest (for w-2)\n") in capsys.readouterr().out
+
+
 def test_submit_sends_the_notice_fields_only_when_given(gateway, capsys):
     answers, seen = gateway
     answers["POST", "/v1/workloads"] = {"workload_id": "w-1", "cluster": "c", "state": "submitted", "replayed": False}
