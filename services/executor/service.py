@@ -18,8 +18,9 @@ across attempts) and ``TIMESHARE_NOTICE_S``. ``workload.preemption_notice`` send
 processes at once and SIGKILL at the notice's deadline if they still run; processes that all exit
 0 before the deadline have written their checkpoint: the executor proposes
 ``workload.checkpointed`` (id ``ckpt.<workload>.<attempt>``) and placement hands the GPUs over
-then, instead of at the deadline. A simulated workload writes its checkpoint in its declared
-``checkpoint_on_notice_s`` (x ``time_scale``).
+then, instead of at the deadline. A simulated workload writes its checkpoint as the simulator
+models it (``timeshare.sim.storage``: its declared ``checkpoint_on_notice_s`` x ``time_scale``,
+longer when checkpoints written at once share too little of the cluster's bandwidth).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class Executor:
         from ..common.settings import ROOT
 
         self.data_dir = settings.executor_data_dir or str(ROOT / ".run" / "executor")
+        self.policy = config.policy
         from timeshare.sim.storage import CheckpointStorage
 
         #: simulated work under notice writes its checkpoint here, as in the simulator
@@ -344,6 +346,14 @@ class Executor:
             span.end()
 
     # -- preemption with notice -------------------------------------------------------------
+    def _notice_s(self, spec) -> int:
+        """The notice this workload will be given (0: none, SIGTERM then means stop): what it
+        declared, when the policy gives notices and it keeps something by one (resumable work,
+        a session that suspends), as ``SchedulerState.gives_notice`` decides."""
+        if not self.policy.preemption_notice or not (spec.resumable or spec.suspends):
+            return 0
+        return spec.notice_s
+
     def _notice(self, r: Running, deadline_ms: int, at_ms: int) -> None:
         """SIGTERM now, SIGKILL at the deadline (processes); simulated work starts writing its
         checkpoint in the storage model. Applied while catching up too: nothing runs yet then,
@@ -460,7 +470,7 @@ class Executor:
                    if (part.node, g) in self.releasing}
         if holders:  # the previous holders of these GPUs are still stopping
             await asyncio.gather(*holders, return_exceptions=True)
-            if r.stopping:
+            if r.stopping or r.under_notice:  # noticed meanwhile: nothing to start only to stop it
                 return
         world = len(r.placement)
         try:
@@ -475,7 +485,7 @@ class Executor:
                         "TIMESHARE_RANK": str(rank), "TIMESHARE_WORLD_SIZE": str(world),
                         "TIMESHARE_NODE": part.node, "TIMESHARE_WORKLOAD_ID": r.workload_id,
                         "TIMESHARE_ATTEMPT": str(r.attempt), "TIMESHARE_CLUSTER": self.cluster,
-                        "TIMESHARE_CHECKPOINT_DIR": ckpt_dir, "TIMESHARE_NOTICE_S": str(r.spec.notice_s)})
+                        "TIMESHARE_CHECKPOINT_DIR": ckpt_dir, "TIMESHARE_NOTICE_S": str(self._notice_s(r.spec))})
             try:
                 proc = await asyncio.create_subprocess_exec(*r.spec.command, env=env, start_new_session=True)
             except OSError as exc:
