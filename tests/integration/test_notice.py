@@ -182,7 +182,7 @@ async def test_without_a_notice_the_counter_loses_what_its_periodic_checkpoint_d
 async def test_the_simulated_executor_checkpoints_in_its_declared_notice_time(make_settings):
     """The devstack's executor: a noticed workload writes its checkpoint after its declared
     ``checkpoint_on_notice_s`` x ``time_scale`` (here 4 s x 0.5), and its preemptor starts then."""
-    stack = await Stack(make_settings(time_scale=0.5)).start()
+    stack = await Stack(make_settings(time_scale=0.5, otel="memory")).start()
     try:
         cluster, bus = stack.settings.cluster, stack["gateway"].bus
         async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
@@ -199,11 +199,22 @@ async def test_the_simulated_executor_checkpoints_in_its_declared_notice_time(ma
             assert r.status_code == 202, r.text
             events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "newcomer"),
                                        timeout_s=15, what="the newcomer to start")
+        async with client(stack, "tok-admin") as admin:
+            metrics = (await admin.get("/v1/metrics")).json()["metrics"]
     finally:
         await stack.stop()
     (notice,) = of_type(events, ev.WorkloadPreemptionNotice, "noticed")
     (checkpoint,) = of_type(events, ev.WorkloadCheckpointed, "noticed")
     (preempted,) = of_type(events, ev.WorkloadPreempted, "noticed")
+    # placement's metrics count the notice, the preemption that followed it, and its checkpoint time
+
+    def points(name: str) -> list[dict]:
+        return [p for p in metrics[name]["points"] if p["attributes"].get("cluster") == cluster]
+
+    assert [(p["attributes"]["reason"], p["value"]) for p in points("timeshare.notices")] == [("fair_share", 1)]
+    assert [(p["attributes"]["notice"], p["value"]) for p in points("timeshare.preemptions")] == [("checkpointed", 1)]
+    assert [p["value"] for p in points("timeshare.checkpoint.gpu_time")] == [preempted.checkpoint_gpu_s] \
+        and preempted.checkpoint_gpu_s >= GPUS * 2
     assert notice.deadline_ms == notice.at_ms + 4000
     assert 1800 <= checkpoint.at_ms - notice.at_ms <= 3000, checkpoint.at_ms - notice.at_ms
     assert preempted.checkpointed is True and preempted.lost_gpu_s == 0
