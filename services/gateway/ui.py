@@ -117,6 +117,12 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
         out = []
         for n in nodes:
             gpus = [{"gpu": i, **holders.get((n["name"], i), {"workload_id": None})} for i in range(n["gpus"])]
+            # free GPUs held for a preemptor awaiting its victims under notice (placement counts
+            # them per node; which free ones is not tracked: the first free ones are shown)
+            held = [pid for pid, count in sorted((n.get("held") or {}).items()) for _ in range(count)]
+            for g in gpus:
+                if held and g["workload_id"] is None:
+                    g["held_for"] = held.pop(0)
             out.append({"name": n["name"], "gpu_type": n["gpu_type"], "rack": n["rack"], "state": n["state"],
                         "free": n["free"], "gpus": gpus})
         return {"now_ms": now_ms, "nodes": out}

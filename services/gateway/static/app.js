@@ -322,6 +322,9 @@ async function renderCluster(main) {
     // the GPUs share the row's width; a cell shows its GPU, the team and the workload's id's end
     // (the whole id and the rest are in its title and one click away)
     el("div", { class: "gpus", style: `--gpus:${n.gpus.length}` }, n.gpus.map((g) => {
+      if (!g.workload_id && g.held_for) return el("div", { class: "gpu free held", "data-gpu": g.gpu, "data-held-for": g.held_for,
+        title: `${n.name} GPU ${g.gpu}: held for ${g.held_for} (it starts when its victims under notice have checkpointed)` },
+        el("span", { class: "gpu-label" }, `${g.gpu} held`), el("span", { class: "gpu-label" }, `…${g.held_for.slice(-6)}`));
       if (!g.workload_id) return el("div", { class: "gpu free", "data-gpu": g.gpu, title: `${n.name} GPU ${g.gpu}: free` }, `${g.gpu}`);
       used.add(g.project);
       // under notice: preempted, checkpointing, its GPUs held for the preemptor until the deadline
@@ -349,6 +352,7 @@ async function renderCluster(main) {
       el("span", {}, el("span", { class: "gpu preemptible", style: "background-color:#667085" }), "preemptible (unallocated, or past its minimum runtime)"),
       el("span", { id: "legend-notice" }, el("span", { class: "gpu notice", style: "background-color:#667085" }),
         "under notice (preempted, checkpointing: free by the deadline at the latest, held for its preemptor)"),
+      el("span", { id: "legend-held" }, el("span", { class: "gpu free held" }), "free, held for a preemptor waiting for its victims under notice"),
       Object.keys(colours).filter((p) => tree.nodes[p] && !tree.nodes[p].children.length).sort()
         .map((p) => el("span", { "data-team": p, class: used.has(p) ? "" : "muted" }, swatch(colours[p]), p))),
     el("div", { id: "cluster" }, rows));
