@@ -90,5 +90,5 @@ def contended_scenarios(draw):
                 f"l{li}-{i}", leaf, gpus=draw(st.sampled_from([1, gpn // 2, gpn, 2 * gpn])),
                 work=draw(st.integers(2 * HOUR, 100 * HOUR)), submit=arrive + draw(st.integers(0, 2 * HOUR)),
                 min_runtime=draw(st.sampled_from([600, HOUR, 2 * HOUR])), resumable=True,
-                checkpoint=draw(st.sampled_from([600, 1800])))
+                checkpoint=draw(st.sampled_from([600, 1800])), notice=draw(st.sampled_from([None, 30, 120])))
     return builder.build()
