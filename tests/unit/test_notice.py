@@ -199,3 +199,31 @@ def test_the_state_rebuilt_from_the_log_is_the_state_that_made_it():
 def msgspec_unset():
     from msgspec import UNSET
     return UNSET
+
+
+def _generated(**cls_extra):
+    from timeshare.cluster import Cluster, PoolSpec
+    from timeshare.config import PolicyConfig
+    from timeshare.sim.generator import generate
+    from timeshare.tree import AllocationTree
+
+    table = {"offered_load": 1.0, "classes": [{"kind": "training", "load_share": 1, "gpus": [8, 64], "work": ["1h", "2h"],
+                                               "min_runtime": "1h", "resumable": True, **cls_extra}]}
+    return generate(table, AllocationTree.from_shares({"a": 1}), Cluster([PoolSpec("H100", 16, 8)]), PolicyConfig(),
+                    86400, 1)
+
+
+def test_the_generator_declares_notices_by_gpu_count_and_draws_the_same_workloads():
+    plain = _generated()
+    noticed = _generated(checkpoint_on_notice=["60s", "120s"], checkpoint_gb_per_gpu=8)
+    assert [(w.id, w.submit_s, w.gpus, w.work_s) for w in plain] == [(w.id, w.submit_s, w.gpus, w.work_s) for w in noticed]
+    assert {(w.gpus, w.notice_s, w.checkpoint_size_gb) for w in noticed} == {(8, 60, 64.0), (64, 120, 512.0)}
+    assert all(w.checkpoint_on_notice_s is msgspec_unset() for w in plain)
+
+
+def test_the_generator_refuses_a_notice_above_the_policys_cap():
+    from timeshare.sim.generator import GeneratorError
+
+    with pytest.raises(GeneratorError) as err:
+        _generated(checkpoint_on_notice="6m")
+    assert err.value.field == "classes[0].checkpoint_on_notice" and "max_notice" in err.value.message
