@@ -227,3 +227,44 @@ def test_the_generator_refuses_a_notice_above_the_policys_cap():
     with pytest.raises(GeneratorError) as err:
         _generated(checkpoint_on_notice="6m")
     assert err.value.field == "classes[0].checkpoint_on_notice" and "max_notice" in err.value.message
+
+
+def test_a_victim_cancelled_under_notice_leaves_its_gpus_held_for_its_preemptor():
+    h = _one_node().harness()
+    h.submit(_victim(gpus=4), at=0)
+    h.schedule(0)
+    h.submit(_preemptor())
+    h.schedule("1h")
+    h.cancel("v", secs("1h") + 10)
+    node = h.state.cluster.node("H100-000")
+    assert (node.free, node.held) == (0, 8) and not h.state.notices
+    h.submit(spec("other", "a", gpus=2, work="1h", submit=secs("1h") + 10))
+    out = h.schedule(secs("1h") + 10)
+    assert [e.workload_id for e in out if isinstance(e, ev.WorkloadStarted)] == ["p"]
+    assert (node.free, node.held) == (0, 0)
+
+
+@pytest.mark.parametrize("fault", ["unhealthy", "failed"])
+def test_a_preemptor_whose_node_leaves_service_goes_back_to_its_queue(fault):
+    b = ScenarioBuilder().pool(nodes=2, gpus_per_node=8).teams(a=1, b=1)
+    h = b.harness()
+    h.submit(_victim(), spec("v2", "a", gpus=8, work="10h", resumable=True), at=0)
+    h.schedule(0)
+    h.submit(_preemptor())
+    out = h.schedule("1h")
+    # v, with a notice, costs less than v2's hour of progress: it is the victim
+    (notice,) = [e for e in out if isinstance(e, ev.WorkloadPreemptionNotice)]
+    assert notice.workload_id == "v"
+    node = notice.preemptor_nodes[0]
+    if fault == "unhealthy":
+        h.unhealthy(node, secs("1h") + 5)
+    else:
+        h.fail_node(node, secs("1h") + 5)
+    p = h.state.workloads["p"]
+    assert p.state == "pending" and p.plan is None and not h.state.awaiting
+    assert all(n.held == 0 for n in h.state.cluster.pools["H100"].nodes)
+    if fault == "unhealthy":
+        # its victim was told: it still ends at its deadline (the drain leaves it alone meanwhile)
+        assert h.state.workloads["v"].notice is not None
+        out = h.schedule(secs("1h") + 60)
+        assert "v" in [e.workload_id for e in out if isinstance(e, ev.WorkloadPreempted)]
