@@ -268,3 +268,18 @@ def test_a_preemptor_whose_node_leaves_service_goes_back_to_its_queue(fault):
         assert h.state.workloads["v"].notice is not None
         out = h.schedule(secs("1h") + 60)
         assert "v" in [e.workload_id for e in out if isinstance(e, ev.WorkloadPreempted)]
+
+
+@pytest.mark.parametrize("kind, victim", [
+    ("other", "with-notice"),   # its checkpoint (1 GPU x 120 s) and wait cost less than 10 min lost
+    ("debug", "without"),       # a debug request prefers the victim that frees its GPU at once
+])
+def test_victim_choice_counts_the_checkpoint_and_the_wait(kind, victim):
+    h = ScenarioBuilder().pool(nodes=1, gpus_per_node=2).teams(a=1, b=1).harness()
+    h.submit(spec("with-notice", "a", gpus=1, work="10h", resumable=True, checkpoint="30m", notice="120s"),
+             spec("without", "a", gpus=1, work="10h", resumable=True, checkpoint="30m"), at=0)
+    h.schedule(0)
+    h.submit(spec("req", "b", gpus=1, work="5m", min_runtime="5m", kind=kind, submit="10m"))
+    out = h.schedule("10m")
+    taken = [e.workload_id for e in out if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice))]
+    assert taken == [victim]
