@@ -185,12 +185,13 @@ class SchedulerState:
         #: moves with every change to the checkpoints being written (a notice, a checkpoint, an
         #: end): a victim search remembered under limited bandwidth is valid for one value only
         self.storage_seq = 0
+        self._writing_gbps = 0.0
 
     def __setstate__(self, d: dict) -> None:
         """Unpickle, also a snapshot taken before notices existed."""
         self.__dict__.update(d)
         if "notices" not in d:
-            self.notices, self.awaiting, self.storage_seq = {}, {}, 0
+            self.notices, self.awaiting, self.storage_seq, self._writing_gbps = {}, {}, 0, 0.0
             for w in self.workloads.values():
                 w.notice = w.plan = None
 
@@ -361,12 +362,7 @@ class SchedulerState:
 
     def writing_gbps(self) -> float:
         """Bandwidth that the checkpoints being written now need (GB/s)."""
-        total = 0.0
-        for wid in sorted(self.notices):
-            n = self.notices[wid].notice
-            if n is not None and n.checkpointed_s is None:
-                total += n.demand_gbps
-        return total
+        return self._writing_gbps
 
     def storage_admits(self, victims: list[Workload]) -> bool:
         """Rule "storage": whether the checkpoint storage absorbs the checkpoints that preempting
@@ -500,6 +496,14 @@ class SchedulerState:
 
     def _storage_changed(self) -> None:
         self.storage_seq += 1
+        # summed afresh (in id order: the same float every time) on each change, read by every
+        # victim search under limited bandwidth
+        total = 0.0
+        for wid in sorted(self.notices):
+            n = self.notices[wid].notice
+            if n is not None and n.checkpointed_s is None:
+                total += n.demand_gbps
+        self._writing_gbps = total
 
     def _rehold(self, p: Workload) -> None:
         """Hold for ``p`` the free GPUs of its nodes that its victims under notice will not

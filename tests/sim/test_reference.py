@@ -45,8 +45,9 @@ def test_naming_the_spared_candidates_changes_no_decision(scenario):
     plain = simulate(scenario, "budget")
     stripped = []
     for e in explained.events:
-        if isinstance(e, ev.WorkloadPreempted) and e.reason.kind in ("fair_share", "unallocated") \
-                and e.reason.by_workload_id is not None:
+        # (a decision under notice carries its reason on the notice and on the preemption after it)
+        if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice)) \
+                and e.reason.kind in ("fair_share", "unallocated") and e.reason.by_workload_id is not None:
             reason = e.reason
             assert reason.considered is not msgspec.UNSET and len(reason.rejected) <= min(SHOWN, reason.considered)
             assert all(c.workload_id != e.workload_id for c in reason.rejected)

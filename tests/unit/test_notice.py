@@ -199,3 +199,87 @@ def test_the_state_rebuilt_from_the_log_is_the_state_that_made_it():
 def msgspec_unset():
     from msgspec import UNSET
     return UNSET
+
+
+def _generated(**cls_extra):
+    from timeshare.cluster import Cluster, PoolSpec
+    from timeshare.config import PolicyConfig
+    from timeshare.sim.generator import generate
+    from timeshare.tree import AllocationTree
+
+    table = {"offered_load": 1.0, "classes": [{"kind": "training", "load_share": 1, "gpus": [8, 64], "work": ["1h", "2h"],
+                                               "min_runtime": "1h", "resumable": True, **cls_extra}]}
+    return generate(table, AllocationTree.from_shares({"a": 1}), Cluster([PoolSpec("H100", 16, 8)]), PolicyConfig(),
+                    86400, 1)
+
+
+def test_the_generator_declares_notices_by_gpu_count_and_draws_the_same_workloads():
+    plain = _generated()
+    noticed = _generated(checkpoint_on_notice=["60s", "120s"], checkpoint_gb_per_gpu=8)
+    assert [(w.id, w.submit_s, w.gpus, w.work_s) for w in plain] == [(w.id, w.submit_s, w.gpus, w.work_s) for w in noticed]
+    assert {(w.gpus, w.notice_s, w.checkpoint_size_gb) for w in noticed} == {(8, 60, 64.0), (64, 120, 512.0)}
+    assert all(w.checkpoint_on_notice_s is msgspec_unset() for w in plain)
+
+
+def test_the_generator_refuses_a_notice_above_the_policys_cap():
+    from timeshare.sim.generator import GeneratorError
+
+    with pytest.raises(GeneratorError) as err:
+        _generated(checkpoint_on_notice="6m")
+    assert err.value.field == "classes[0].checkpoint_on_notice" and "max_notice" in err.value.message
+
+
+def test_a_victim_cancelled_under_notice_leaves_its_gpus_held_for_its_preemptor():
+    h = _one_node().harness()
+    h.submit(_victim(gpus=4), at=0)
+    h.schedule(0)
+    h.submit(_preemptor())
+    h.schedule("1h")
+    h.cancel("v", secs("1h") + 10)
+    node = h.state.cluster.node("H100-000")
+    assert (node.free, node.held) == (0, 8) and not h.state.notices
+    h.submit(spec("other", "a", gpus=2, work="1h", submit=secs("1h") + 10))
+    out = h.schedule(secs("1h") + 10)
+    assert [e.workload_id for e in out if isinstance(e, ev.WorkloadStarted)] == ["p"]
+    assert (node.free, node.held) == (0, 0)
+
+
+@pytest.mark.parametrize("fault", ["unhealthy", "failed"])
+def test_a_preemptor_whose_node_leaves_service_goes_back_to_its_queue(fault):
+    b = ScenarioBuilder().pool(nodes=2, gpus_per_node=8).teams(a=1, b=1)
+    h = b.harness()
+    h.submit(_victim(), spec("v2", "a", gpus=8, work="10h", resumable=True), at=0)
+    h.schedule(0)
+    h.submit(_preemptor())
+    out = h.schedule("1h")
+    # v, with a notice, costs less than v2's hour of progress: it is the victim
+    (notice,) = [e for e in out if isinstance(e, ev.WorkloadPreemptionNotice)]
+    assert notice.workload_id == "v"
+    node = notice.preemptor_nodes[0]
+    if fault == "unhealthy":
+        h.unhealthy(node, secs("1h") + 5)
+    else:
+        h.fail_node(node, secs("1h") + 5)
+    p = h.state.workloads["p"]
+    assert p.state == "pending" and p.plan is None and not h.state.awaiting
+    assert all(n.held == 0 for n in h.state.cluster.pools["H100"].nodes)
+    if fault == "unhealthy":
+        # its victim was told: it still ends at its deadline (the drain leaves it alone meanwhile)
+        assert h.state.workloads["v"].notice is not None
+        out = h.schedule(secs("1h") + 60)
+        assert "v" in [e.workload_id for e in out if isinstance(e, ev.WorkloadPreempted)]
+
+
+@pytest.mark.parametrize("kind, victim", [
+    ("other", "with-notice"),   # its checkpoint (1 GPU x 120 s) and wait cost less than 10 min lost
+    ("debug", "without"),       # a debug request prefers the victim that frees its GPU at once
+])
+def test_victim_choice_counts_the_checkpoint_and_the_wait(kind, victim):
+    h = ScenarioBuilder().pool(nodes=1, gpus_per_node=2).teams(a=1, b=1).harness()
+    h.submit(spec("with-notice", "a", gpus=1, work="10h", resumable=True, checkpoint="30m", notice="120s"),
+             spec("without", "a", gpus=1, work="10h", resumable=True, checkpoint="30m"), at=0)
+    h.schedule(0)
+    h.submit(spec("req", "b", gpus=1, work="5m", min_runtime="5m", kind=kind, submit="10m"))
+    out = h.schedule("10m")
+    taken = [e.workload_id for e in out if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice))]
+    assert taken == [victim]
