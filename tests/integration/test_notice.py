@@ -300,3 +300,41 @@ async def test_an_executor_restarted_from_the_snapshot_still_writes_the_checkpoi
     (preempted,) = of_type(events, ev.WorkloadPreempted, "noticed")
     assert checkpoint.at_ms - notice.at_ms == 3000  # 6 s x 0.5, as the storage model started it
     assert preempted.checkpointed is True and preempted.at_ms < notice.deadline_ms
+
+
+async def test_a_drain_gives_the_counter_its_notice_and_it_resumes_elsewhere_with_nothing_lost(
+        make_settings, tmp_path):
+    """A node reported unhealthy drains as its work reaches its minimum runtime; the counter on it
+    gets its notice (reason ``drain``), checkpoints, and resumes on the other node."""
+    settings = make_settings(executor="process", executor_data_dir=str(tmp_path / "executor"), kill_grace_s=2.0)
+    stack = await Stack(settings).start()
+    cluster, bus = settings.cluster, stack["gateway"].bus
+    ckpt_dir = tmp_path / "executor" / cluster / "checkpoints" / "counter"
+    work_s = 8
+    try:
+        async with client(stack, "tok-alice") as alice, client(stack, "tok-health") as agent:
+            r = await alice.post("/v1/workloads", json={
+                "id": "counter", "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": work_s,
+                "min_runtime_s": 2, "resumable": True, "checkpoint_interval_s": EVERY_S, "checkpoint_on_notice_s": 20,
+                "command": [sys.executable, str(COUNTER), "--work-s", str(work_s), "--checkpoint-every", str(EVERY_S)]})
+            assert r.status_code == 202, r.text
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "counter"))
+            node = of_type(events, ev.WorkloadStarted, "counter")[0].placement[0].node
+            await wait_for(lambda: asyncio.sleep(0, (records(ckpt_dir).get(1) or {}).get("step", 0) >= 3),
+                           timeout_s=15, interval_s=0.02, what="the counter past its minimum runtime")
+            r = await agent.post(f"/v1/nodes/{node}/health", json={"ok": False, "reason": "XID 79"})
+            assert r.status_code in (200, 202), r.text
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadCompleted, "counter"),
+                                       timeout_s=40, what="the counter to complete")
+    finally:
+        await stack.stop()
+    (notice,) = of_type(events, ev.WorkloadPreemptionNotice, "counter")
+    (preempted,) = of_type(events, ev.WorkloadPreempted, "counter")
+    assert notice.reason.kind == "drain" and notice.reason.by_workload_id is None
+    assert preempted.checkpointed is True and preempted.lost_gpu_s == 0
+    assert of_type(events, ev.NodeDrained)[0].node == node
+    second = of_type(events, ev.WorkloadStarted, "counter")[1]
+    assert second.placement[0].node != node
+    attempts = records(ckpt_dir)
+    assert [a["state"] for a in attempts.values()] == ["checkpointed", "done"]
+    assert sum(a["step"] - a["start_step"] for a in attempts.values()) == work_s
