@@ -235,10 +235,9 @@ async def test_a_process_that_ignores_its_notice_is_killed_at_the_deadline_and_p
         async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
             for wid, notice in (("stubborn", 2), ("protected", None)):
                 body = {"id": wid, "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": 600,
-                        "min_runtime_s": 1 if notice else 600, "resumable": True, "checkpoint_interval_s": 60,
-                        "command": command(tmp_path, "stubborn")}
-                if notice:
-                    body["checkpoint_on_notice_s"] = notice
+                        "min_runtime_s": 1 if notice else 600, "resumable": True, "checkpoint_interval_s": 60}
+                if notice:  # the other one runs without a process: nothing to stop at the end
+                    body.update(checkpoint_on_notice_s=notice, command=command(tmp_path, "stubborn"))
                 assert (await alice.post("/v1/workloads", json=body)).status_code == 202
             env_file = tmp_path / "stubborn.0.env"
             await wait_for(lambda: asyncio.sleep(0, env_file.exists()), timeout_s=15, what="the process to run")
