@@ -426,8 +426,9 @@ def _cmd_nodes(args) -> int:
     r = _call(args, "GET", "/v1/nodes")
     lines = [f"{'node':<12} {'type':<6} {'state':<9} {'free':>4}/{'gpus':<4} workloads"]
     for n in r["nodes"]:
+        held = ", ".join(f"{count} held for {pid}" for pid, count in sorted((n.get("held") or {}).items()))
         lines.append(f"{n['name']:<12} {n['gpu_type']:<6} {n['state']:<9} {n['free']:>4}/{n['gpus']:<4} "
-                     f"{', '.join(n['workloads'])}")
+                     f"{', '.join(n['workloads'])}" + (f" ({held}: its victims under notice checkpoint)" if held else ""))
     return _out(args, r, "\n".join(lines))
 
 

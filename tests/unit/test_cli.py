@@ -139,6 +139,17 @@ def test_status_of_work_under_notice_says_until_when_its_gpus_are_held(gateway, 
             "latest (for w-2)\n") in capsys.readouterr().out
 
 
+def test_nodes_say_which_free_gpus_are_held_for_a_preemptor(gateway, capsys):
+    answers, _ = gateway
+    answers["GET", "/v1/nodes"] = {"nodes": [
+        {"name": "H100-000", "gpu_type": "H100", "state": "healthy", "free": 0, "gpus": 4, "workloads": ["v"],
+         "held": {"p": 2}},
+        {"name": "H100-001", "gpu_type": "H100", "state": "healthy", "free": 4, "gpus": 4, "workloads": []}]}
+    assert main(["nodes"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].endswith("v (2 held for p: its victims under notice checkpoint)") and "held" not in out[2]
+
+
 def test_submit_sends_the_notice_fields_only_when_given(gateway, capsys):
     answers, seen = gateway
     answers["POST", "/v1/workloads"] = {"workload_id": "w-1", "cluster": "c", "state": "submitted", "replayed": False}
