@@ -564,7 +564,8 @@ def _phase4_everything_else(p: _Pass) -> None:
             continue
         failed_key = (leaf, w.queue_class)
         if cached and not state.unallocated_gpus[gpu_type]:
-            failed[failed_key].size = gpus
+            if not exclude:  # (kept off the reserved nodes, a larger request may still fit: as below)
+                failed[failed_key].size = gpus
             continue
         total = view.total_fill
         richer, mask, reachable, take_any, free_limit = _unallocated_victims(p, w, gpus, allocated, spare)
@@ -577,7 +578,11 @@ def _phase4_everything_else(p: _Pass) -> None:
         if plan is not None and not allocated and sum(v.gpus for v in plan[1]) < gpus - max(spare, 0):
             plan = None  # it would take free GPUs of the headroom
         if plan is None:
-            failed[failed_key].size = gpus
+            # a larger request of this leaf and class fails too, unless this one failed only for
+            # being kept off the reserved nodes: that depends on its own minimum runtime
+            # (reservation.keeps_off), and a larger request with a shorter one may use them
+            if not exclude:
+                failed[failed_key].size = gpus
             continue
         nodes, victims, _ = plan
         if not state.storage_admits(victims):
