@@ -1,6 +1,8 @@
 """User and admin commands of the live system, a thin client of the gateway (httpx).
 
     timeshare submit --project tulu/rl --gpus 8 --work 2h30m --min-runtime 1h [--resumable]
+                     [--checkpoint-every 30min] [--checkpoint-on-notice 90s] [--checkpoint-gb 40]
+                     [--suspends-on-notice]
     timeshare status <id> | explain <id> | cancel <id>
     timeshare workloads [--user alice] [--state running]
     timeshare queue [--user alice] [--project tulu] [--gpu-type H100]
@@ -78,6 +80,28 @@ def _positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return n
+
+
+def _notice(text: str) -> int:
+    """``--checkpoint-on-notice``: a duration >= 0 (0 = no notice; the gateway checks the cap)."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"expected a duration such as 90s or 2min, got {text!r}")
+    return _duration(text)
+
+
+def _interval(text: str) -> int:
+    """``--checkpoint-every``: a duration of at least one second."""
+    return _work(text)
+
+
+def _gigabytes(text: str) -> float:
+    try:
+        gb = float(text)
+    except ValueError:
+        gb = math.nan
+    if not math.isfinite(gb) or gb < 0:
+        raise argparse.ArgumentTypeError(f"expected a size in GB (a number >= 0), got {text!r}")
+    return gb
 
 
 def _name(text: str) -> str:
@@ -239,6 +263,13 @@ def _cmd_submit(args) -> int:
             "work_s": args.work, "min_runtime_s": args.min_runtime,
             "resumable": args.resumable, "priority": args.priority, "kind": args.kind,
             "command": args.command or None}
+    # the notice fields only when given: a submission without them is the same body as before
+    for key, value in (("checkpoint_interval_s", args.checkpoint_every),
+                       ("checkpoint_on_notice_s", args.checkpoint_on_notice),
+                       ("checkpoint_gb", args.checkpoint_gb),
+                       ("suspends_on_notice", True if args.suspends_on_notice else None)):
+        if value is not None:
+            body[key] = value
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
     r = _call(args, "POST", "/v1/workloads", json=body, headers=headers)
     if args.quiet and not args.json:
@@ -263,6 +294,13 @@ def _cmd_status(args) -> int:
         lines.append(f"  protected (minimum runtime) until {_utc(r['protected_until_ms'])}")
     if r.get("placement"):
         lines.append("  on " + ", ".join(f"{p['node']} GPUs {p['gpu_ids']}" for p in r["placement"]))
+    notice = r.get("notice")
+    if notice:  # preempted with notice: checkpointing, its GPUs free by the deadline at the latest
+        lines.append(f"  under notice since {_utc(notice.get('at_ms'))}: "
+                     + (f"checkpointed {_utc(notice['checkpointed_ms'])}" if notice.get("checkpointed_ms")
+                        else "checkpointing")
+                     + f", GPUs free by {_utc(notice.get('deadline_ms'))} at the latest"
+                     + (f" (for {notice['by_workload_id']})" if notice.get("by_workload_id") else ""))
     if r.get("last_reason"):
         lines.append(f"  last reason: {r['last_reason'].get('message') or r['last_reason'].get('kind')}")
     for h in r.get("history", []):
@@ -388,8 +426,9 @@ def _cmd_nodes(args) -> int:
     r = _call(args, "GET", "/v1/nodes")
     lines = [f"{'node':<12} {'type':<6} {'state':<9} {'free':>4}/{'gpus':<4} workloads"]
     for n in r["nodes"]:
+        held = ", ".join(f"{count} held for {pid}" for pid, count in sorted((n.get("held") or {}).items()))
         lines.append(f"{n['name']:<12} {n['gpu_type']:<6} {n['state']:<9} {n['free']:>4}/{n['gpus']:<4} "
-                     f"{', '.join(n['workloads'])}")
+                     f"{', '.join(n['workloads'])}" + (f" ({held}: its victims under notice checkpoint)" if held else ""))
     return _out(args, r, "\n".join(lines))
 
 
@@ -530,6 +569,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--work", type=_work, required=True, help="declared work time (e.g. 2h30m, 2hours, 90min)")
     p.add_argument("--min-runtime", type=_duration, default="0", help="protected minimum runtime (0 = unallocated)")
     p.add_argument("--resumable", action="store_true")
+    p.add_argument("--checkpoint-every", type=_interval, metavar="DURATION",
+                   help="resumable work: it keeps its progress at these intervals (e.g. 30min)")
+    p.add_argument("--checkpoint-on-notice", type=_notice, metavar="DURATION",
+                   help="time it needs to checkpoint after SIGTERM (e.g. 90s): a preemption gives it this notice "
+                        "(at most the policy's max_notice, 5 min by default)")
+    p.add_argument("--checkpoint-gb", type=_gigabytes, metavar="GB", help="size of that checkpoint")
+    p.add_argument("--suspends-on-notice", action="store_true",
+                   help="an interactive session that saves its state on notice and resumes it")
     p.add_argument("--priority", default="normal", choices=PRIORITIES)
     p.add_argument("--kind", default="other")
     p.add_argument("--idempotency-key")

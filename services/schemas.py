@@ -20,11 +20,12 @@ from timeshare import events as ev
 
 from .common import subjects
 
-PROPOSED = ("workload.submitted", "workload.completed", "workload.failed", "workload.cancelled", "node.unhealthy",
+PROPOSED = ("workload.submitted", "workload.completed", "workload.failed", "workload.checkpointed",
+            "workload.cancelled", "node.unhealthy",
             "node.failed", "node.repaired", "budget.changed")
 PUBLISHERS = {
     "workload.submitted": "gateway", "workload.cancelled": "gateway", "workload.completed": "executor",
-    "workload.failed": "executor", "node.unhealthy": "health", "node.failed": "health",
+    "workload.failed": "executor", "workload.checkpointed": "executor", "node.unhealthy": "health", "node.failed": "health",
     "node.repaired": "health", "budget.changed": "budget",
 }
 LOG_READERS = "gateway (workloads, history), ledger (usage, report), budget (tree, audit), health (node states), executor (what to run)"

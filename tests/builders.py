@@ -35,12 +35,20 @@ def secs(value) -> int:
 
 def spec(id: str, project: str, *, gpus: int = 1, work="1h", submit=0, min_runtime=0, resumable: bool = False,
          priority: str = "normal", kind: str = "other", checkpoint=None, gpu_type: str = "H100",
-         user: str = "") -> WorkloadSpec:
-    """One workload specification with readable defaults (durations as "1h", "15m" or seconds)."""
+         user: str = "", notice=None, checkpoint_gb: float | None = None, suspends: bool | None = None) -> WorkloadSpec:
+    """One workload specification with readable defaults (durations as "1h", "15m" or seconds);
+    ``notice``: its checkpoint_on_notice_s (None: none declared, as before notices)."""
+    extra: dict = {}
+    if notice is not None:
+        extra["checkpoint_on_notice_s"] = secs(notice)
+    if checkpoint_gb is not None:
+        extra["checkpoint_gb"] = checkpoint_gb
+    if suspends is not None:
+        extra["suspends_on_notice"] = suspends
     return WorkloadSpec(
         id=id, submit_s=secs(submit), project=project, gpu_type=gpu_type, gpus=gpus, work_s=secs(work),
         min_runtime_s=secs(min_runtime), resumable=resumable, priority=priority, kind=kind,
-        checkpoint_interval_s=secs(checkpoint) if checkpoint is not None else None, user=user)
+        checkpoint_interval_s=secs(checkpoint) if checkpoint is not None else None, user=user, **extra)
 
 
 class ScenarioBuilder:
@@ -53,6 +61,12 @@ class ScenarioBuilder:
         self._policy: dict = {}
         self._workloads: list[WorkloadSpec] = []
         self._node_events: list[NodeEvent] = []
+        self._bandwidth_gbps: float | None = None
+
+    def checkpoint_bandwidth(self, gbps: float | None) -> "ScenarioBuilder":
+        """The cluster's checkpoint bandwidth (GB/s; None: unlimited)."""
+        self._bandwidth_gbps = gbps
+        return self
 
     def duration(self, value) -> "ScenarioBuilder":
         self._duration = secs(value)
@@ -98,14 +112,15 @@ class ScenarioBuilder:
         return AllocationTree.from_shares(dict(self._shares))
 
     def cluster(self) -> Cluster:
-        return Cluster(list(self._pools or [PoolSpec("H100", 2, 8)]))
+        return Cluster(list(self._pools or [PoolSpec("H100", 2, 8)]), self._bandwidth_gbps)
 
     def build(self) -> Scenario:
         return Scenario(
             name=self._name, duration_s=self._duration, seed=self._seed, policy=self.config(),
             pools=list(self._pools or [PoolSpec("H100", 2, 8)]), allocations=dict(self._shares),
             node_events=sorted(self._node_events, key=lambda e: (e.at_s, e.node)),
-            workloads=sorted(self._workloads, key=lambda w: (w.submit_s, w.id)))
+            workloads=sorted(self._workloads, key=lambda w: (w.submit_s, w.id)),
+            checkpoint_bandwidth_gbps=self._bandwidth_gbps)
 
     def harness(self, policy: str = "budget") -> "Harness":
         return Harness(SchedulerState(self.tree(), self.cluster(), self.config()), POLICIES[policy]())
@@ -135,6 +150,14 @@ class Harness:
 
     def complete(self, workload_id: str, at) -> "Harness":
         self._apply(self.state.completed(workload_id, secs(at)))
+        return self
+
+    def checkpointed(self, workload_id: str, at) -> "Harness":
+        self._apply(self.state.checkpointed(workload_id, secs(at)))
+        return self
+
+    def cancel(self, workload_id: str, at) -> "Harness":
+        self._apply(self.state.cancelled(workload_id, secs(at)))
         return self
 
     def unhealthy(self, node: str, at) -> "Harness":

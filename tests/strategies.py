@@ -51,6 +51,7 @@ def scenarios(draw, max_workloads: int = 30):
     for path, share in shares.items():
         builder.team(path, share)
     leaves = leaves_of(shares)
+    builder.checkpoint_bandwidth(draw(st.sampled_from([None, None, 1.0])))
     for i in range(draw(st.integers(3, max_workloads))):
         gpu_type, nodes, gpn = draw(st.sampled_from(pools))
         gpus = draw(st.one_of(st.integers(1, gpn), st.integers(1, min(nodes, 4)).map(lambda k, g=gpn: k * g)))
@@ -58,7 +59,10 @@ def scenarios(draw, max_workloads: int = 30):
             f"w{i}", draw(st.sampled_from(leaves)), gpu_type=gpu_type, gpus=gpus, work=draw(st.integers(60, 6 * HOUR)),
             submit=draw(st.integers(0, 8 * HOUR)), min_runtime=draw(st.sampled_from([0, 0, 600, HOUR, 2 * HOUR])),
             resumable=draw(st.booleans()), checkpoint=draw(st.sampled_from([None, 300, 1800])),
-            priority=draw(st.sampled_from(["low", "normal", "high", "urgent"])))
+            priority=draw(st.sampled_from(["low", "normal", "high", "urgent"])),
+            # notices: some checkpoint (or suspend) on notice, through a storage that may be tight
+            notice=draw(st.sampled_from([None, None, 30, 120])), checkpoint_gb=draw(st.sampled_from([None, 20.0, 200.0])),
+            suspends=draw(st.sampled_from([None, True])))
     for _ in range(draw(st.integers(0, 2))):
         gpu_type, nodes, _ = draw(st.sampled_from(pools))
         builder.node_event(draw(st.integers(0, 10 * HOUR)), f"{gpu_type}-{draw(st.integers(0, nodes - 1)):03d}",
@@ -86,5 +90,5 @@ def contended_scenarios(draw):
                 f"l{li}-{i}", leaf, gpus=draw(st.sampled_from([1, gpn // 2, gpn, 2 * gpn])),
                 work=draw(st.integers(2 * HOUR, 100 * HOUR)), submit=arrive + draw(st.integers(0, 2 * HOUR)),
                 min_runtime=draw(st.sampled_from([600, HOUR, 2 * HOUR])), resumable=True,
-                checkpoint=draw(st.sampled_from([600, 1800])))
+                checkpoint=draw(st.sampled_from([600, 1800])), notice=draw(st.sampled_from([None, 30, 120])))
     return builder.build()

@@ -30,7 +30,9 @@ class ClusterConfig:
         return AllocationTree.from_shares(self.allocations)
 
     def cluster(self) -> Cluster:
-        return Cluster(self.pools)
+        # the scenario's cluster: pools and the checkpoint bandwidth that notices share (the live
+        # placement applies the rule "storage" as the simulator does)
+        return self.scenario.cluster()
 
 
 def load_cluster(path: str | Path, name: str = "") -> ClusterConfig:

@@ -116,7 +116,8 @@ PERMISSIONS: dict[str, dict[str, list[str]]] = {
                       f"{_C}.health.repaired", f"{_Q}.health.nodes"],
     },
     "executor": {
-        "publish": [*_JS_READ, *_LOG_ALL, *_SNAPSHOT_READ, f"{_IN}.workload.completed", f"{_IN}.workload.failed"],
+        "publish": [*_JS_READ, *_LOG_ALL, *_SNAPSHOT_READ, f"{_IN}.workload.completed", f"{_IN}.workload.failed",
+                    f"{_IN}.workload.checkpointed"],
         "subscribe": ["_INBOX.>", _healthz("executor"), f"{_C}.executor.advance", f"{_Q}.trace"],
     },
     OPERATOR: {"publish": [">"], "subscribe": [">"]},

@@ -58,8 +58,13 @@ class Settings:
     #: executor kind: "simulated" (work_s x time_scale seconds) or "process" (runs spec.command)
     executor: str = "simulated"
     time_scale: float = 1.0
-    #: process executor: SIGTERM, then SIGKILL after this grace
+    #: process executor: SIGTERM, then SIGKILL after this grace (a workload that declared
+    #: checkpoint_on_notice_s gets its notice instead: SIGTERM at the notice, SIGKILL at its deadline)
     kill_grace_s: float = 10.0
+    #: executor's data: each workload's checkpoint directory, <dir>/<cluster>/checkpoints/<workload
+    #: id>, given to its processes as TIMESHARE_CHECKPOINT_DIR and kept across attempts ("" =
+    #: .run/executor in this checkout)
+    executor_data_dir: str = ""
     #: health: a node that sent heartbeats and then none for this long is unhealthy (0 = off)
     heartbeat_timeout_s: float = 30.0
     #: health: shell command run when a node is drained (env TIMESHARE_NODE); exit 0 = repaired

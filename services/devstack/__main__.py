@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import msgspec
 
 from ..common.cluster_config import load_cluster
 from ..common.runner import freeze_startup_heap, setup_logging
@@ -147,7 +148,22 @@ def request_of(w, speed: float) -> dict:
             "work_s": max(1, int(w.work_s / speed)),
             "min_runtime_s": max(1, int(w.min_runtime_s / speed)) if w.min_runtime_s else 0,
             "resumable": w.resumable, "priority": w.priority, "kind": w.kind,
-            "checkpoint_interval_s": max(1, int(w.checkpoint_interval_s / speed)) if w.checkpoint_interval_s else None}
+            "checkpoint_interval_s": max(1, int(w.checkpoint_interval_s / speed)) if w.checkpoint_interval_s else None,
+            **notice_of(w, speed)}
+
+
+def notice_of(w, speed: float) -> dict:
+    """The notice part of its contract, when it declares one (its time divided by ``speed`` like its
+    other durations; the size as it is): the demo shows GPUs under notice too."""
+    out: dict = {}
+    notice_s = getattr(w, "checkpoint_on_notice_s", msgspec.UNSET)  # a WorkloadSpec, or a plain record
+    if notice_s is not msgspec.UNSET and notice_s > 0:
+        out["checkpoint_on_notice_s"] = max(1, int(notice_s / speed))
+    for name in ("checkpoint_gb", "suspends_on_notice"):
+        value = getattr(w, name, msgspec.UNSET)
+        if value is not msgspec.UNSET:
+            out[name] = value
+    return out
 
 
 def paced_gaps_s(workloads, total_gpus: int, speed: float, load: float) -> list[float]:
@@ -295,6 +311,7 @@ async def main(argv=None) -> int:
                            cluster_file=args.cluster_file, cluster=config.name,
                            http_port=port_or_free(wanted_port), tokens=json.dumps(DEMO_TOKENS),
                            executor="simulated", time_scale=1.0, heartbeat_timeout_s=30.0,
+                           executor_data_dir=str(data / "executor"),
                            repair_command="sleep 2; echo repaired $TIMESHARE_NODE")
         if "TIMESHARE_OTEL" not in os.environ:
             # keep recent traces in this process: the dashboard's workload page shows them

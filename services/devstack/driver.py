@@ -14,7 +14,9 @@ submissions, ends of work, ends of minimum runtimes, node events, repairs) and a
    replies once its decisions are in the log,
 
 then reads the new log events to learn the next moments (a start implies its end and the end
-of its protection; a drain the repair). Placement decides everything; the driver never
+of its protection; a drain the repair; a notice its deadline and the moment its checkpoint is
+written, modelled as the simulator models it: ``timeshare.sim.storage``, the simulated
+executor reporting ``workload.checkpointed`` when ``advance`` reaches that moment). Placement decides everything; the driver never
 applies an event itself. Non-resumable preemptions (the simulator resubmits them after
 ``resubmit_delay``) are not replayed: a scenario for the parity run keeps preemptible work
 resumable.
@@ -32,15 +34,19 @@ import msgspec
 
 from timeshare import events as ev
 from timeshare.scheduler import BudgetPolicy
+from timeshare.sim.storage import CheckpointStorage
 
 from ..common import subjects
 from ..common.bus import reply_json
 
-_COMPLETE, _WAKE, _NODE, _REPAIR = range(4)  # the simulator's order within one moment
+#: the simulator's order within one moment (its resubmissions are not replayed here)
+_COMPLETE, _WAKE, _NODE, _REPAIR, _CHECKPOINT = range(5)
 
 #: the decisions the parity run compares
 DECISIONS = (ev.WorkloadStarted, ev.WorkloadPreempted, ev.WorkloadRequeued, ev.MinRuntimeReached,
-             ev.WorkloadCompleted, ev.NodeDrained, ev.NodeRepaired)
+             ev.WorkloadCompleted, ev.NodeDrained, ev.NodeRepaired, ev.WorkloadPreemptionNotice,
+             ev.WorkloadCheckpointed)
+_STOPS = (ev.WorkloadPreempted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled)
 
 
 def decision_key(e: ev.Event) -> tuple | None:
@@ -52,7 +58,10 @@ def decision_key(e: ev.Event) -> tuple | None:
         key += (tuple((p.node, tuple(p.gpu_ids)) for p in e.placement), e.allocated, e.protected_until_ms,
                 e.progress_s, e.attempt)
     elif isinstance(e, ev.WorkloadPreempted):
-        key += (e.reason.kind, e.reason.by_workload_id, e.progress_s, e.resumable)
+        key += (e.reason.kind, e.reason.by_workload_id, e.progress_s, e.resumable, e.checkpointed, e.checkpoint_gpu_s,
+                e.state_saved)
+    elif isinstance(e, ev.WorkloadPreemptionNotice):
+        key += (e.reason.kind, e.reason.by_workload_id, e.deadline_ms, e.preemptor_nodes)
     elif isinstance(e, ev.WorkloadRequeued):
         key += (e.progress_s,)
     return key
@@ -181,6 +190,15 @@ class ManualDriver:
         end_ms = scenario.duration_s * 1000
         clock = self.stack.clock
         drift_wake_ms = BudgetPolicy.drift_wake_s * 1000 if scenario.policy.catch_up > 0 else None
+        # checkpoints written on notice, as the simulator models them (its moments are visited
+        # alike: a pass at each); the simulated executor reports them when advanced past them
+        storage = CheckpointStorage(scenario.checkpoint_bandwidth_gbps)
+
+        def storage_changed() -> None:
+            nxt = storage.next_finish()
+            if nxt is not None:
+                push(nxt[0], _CHECKPOINT, storage.version)
+
         while True:
             next_submit = trace[i].submit_s * 1000 if i < len(trace) else None
             next_heap = heap[0][0] if heap else None
@@ -200,6 +218,16 @@ class ManualDriver:
                 if kind == _COMPLETE and not advanced:
                     await self.advance(now)
                     advanced = True
+                elif kind == _CHECKPOINT and payload == storage.version:
+                    finished = False
+                    for wid in sorted(storage.writers):
+                        if storage.finished(wid, now):
+                            storage.remove(wid, now)
+                            finished = True
+                    if finished and not advanced:
+                        await self.advance(now)  # the executor reports the checkpoints written by now
+                        advanced = True
+                    storage_changed()
                 elif kind == _NODE:
                     await self._health_caught_up()
                     if payload.kind != "unhealthy":
@@ -234,10 +262,23 @@ class ManualDriver:
                                       "resubmit it; keep preemptible work resumable in a parity scenario")
                 elif type(e) is ev.NodeDrained:
                     push(e.at_ms + repair_s.get(e.node, 0) * 1000, _REPAIR, e.node)
+                if type(e) is ev.WorkloadPreemptionNotice:
+                    spec = specs[e.workload_id]
+                    push(e.deadline_ms, _WAKE, None)
+                    storage.add(e.workload_id, e.attempt or 0, spec.checkpoint_size_gb, spec.notice_s, e.at_ms)
+                    storage_changed()
+                elif storage.writers and isinstance(e, _STOPS) and e.workload_id in storage.writers:
+                    storage.remove(e.workload_id, e.at_ms)
+                    storage_changed()
         return self.events
 
     async def _submit(self, spec) -> None:
         body = {"id": spec.id, "project": spec.project, "gpu_type": spec.gpu_type, "gpus": spec.gpus,
                 "work_s": spec.work_s, "min_runtime_s": spec.min_runtime_s, "resumable": spec.resumable,
                 "priority": spec.priority, "kind": spec.kind, "checkpoint_interval_s": spec.checkpoint_interval_s}
+        # the notice part of the contract, only when declared (a body without it is as before)
+        for name in ("checkpoint_on_notice_s", "checkpoint_gb", "suspends_on_notice"):
+            value = getattr(spec, name)
+            if value is not msgspec.UNSET:
+                body[name] = value
         await self._post("/v1/workloads", body, expect=202)

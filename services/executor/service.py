@@ -11,6 +11,16 @@ stale report is recognised by placement and a retry dedups.
 * process: each part of the placement runs ``spec.command`` as a local process with
   ``CUDA_VISIBLE_DEVICES`` = its GPU ids and ``TIMESHARE_RANK`` / ``TIMESHARE_WORLD_SIZE``;
   a stop sends SIGTERM to the process group, then SIGKILL after the grace period.
+
+Preemption with notice (a workload that declared ``checkpoint_on_notice_s``): every process
+gets ``TIMESHARE_CHECKPOINT_DIR`` (one directory per workload under ``executor_data_dir``, kept
+across attempts) and ``TIMESHARE_NOTICE_S``. ``workload.preemption_notice`` sends SIGTERM to its
+processes at once and SIGKILL at the notice's deadline if they still run; processes that all exit
+0 before the deadline have written their checkpoint: the executor proposes
+``workload.checkpointed`` (id ``ckpt.<workload>.<attempt>``) and placement hands the GPUs over
+then, instead of at the deadline. A simulated workload writes its checkpoint as the simulator
+models it (``timeshare.sim.storage``: its declared ``checkpoint_on_notice_s`` x ``time_scale``,
+longer when checkpoints written at once share too little of the cluster's bandwidth).
 """
 
 from __future__ import annotations
@@ -38,9 +48,22 @@ from ..common.telemetry import extract_context, setup_telemetry
 log = logging.getLogger("timeshare.executor")
 
 
+#: the id of the checkpoint report of one attempt (a retry dedups, a stale one is recognised)
+CHECKPOINTED = "ckpt"
+
+
+def checkpoint_dir(base: str, cluster: str, workload_id: str) -> str:
+    """The workload's checkpoint directory, the same for every attempt: ``<base>/<cluster>/
+    checkpoints/<workload id>``. An id that is not one path segment is refused (the gateway's ids
+    are; a log written otherwise must not reach outside ``base``)."""
+    if not workload_id or workload_id in (".", "..") or "/" in workload_id or "\0" in workload_id:
+        raise ValueError(f"workload id {workload_id!r} cannot name a directory")
+    return os.path.join(base, cluster, "checkpoints", workload_id)
+
+
 class Running:
     __slots__ = ("workload_id", "attempt", "end_ms", "spec", "placement", "handle", "procs", "stopping",
-                 "started_seq", "trace_ctx")
+                 "started_seq", "trace_ctx", "notice_deadline_ms", "checkpoint_reported", "killer")
 
     def __init__(self, workload_id, attempt, end_ms, spec, placement, started_seq: int = 0):
         self.workload_id = workload_id
@@ -55,6 +78,16 @@ class Running:
         #: the trace context of its ``workload.started`` (from the log message's headers): the
         #: run's span and the report it proposes belong to the workload's trace
         self.trace_ctx = None
+        #: under notice: the deadline (SIGKILL then); None while it runs without one
+        self.notice_deadline_ms: int | None = None
+        #: its checkpoint was reported (simulated: its work stopped at the notice, no completion)
+        self.checkpoint_reported = False
+        #: the timer that sends SIGKILL at the deadline
+        self.killer: asyncio.TimerHandle | None = None
+
+    @property
+    def under_notice(self) -> bool:
+        return self.notice_deadline_ms is not None
 
 
 class Executor:
@@ -68,6 +101,15 @@ class Executor:
         self.tracer = setup_telemetry("executor", settings.otel)
         if self.kind not in ("simulated", "process"):
             raise ValueError(f"TIMESHARE_EXECUTOR must be 'simulated' or 'process', got {self.kind!r}")
+        from ..common.settings import ROOT
+
+        self.data_dir = settings.executor_data_dir or str(ROOT / ".run" / "executor")
+        self.policy = config.policy
+        from timeshare.sim.storage import CheckpointStorage
+
+        #: simulated work under notice writes its checkpoint here, as in the simulator
+        self.storage = CheckpointStorage(config.cluster().checkpoint_bandwidth_gbps)
+        self.storage_timer: asyncio.TimerHandle | None = None
         self.specs: dict[str, object] = {}
         self.running: dict[str, Running] = {}
         self.stop_event = asyncio.Event()
@@ -139,7 +181,13 @@ class Executor:
                 start_ms = state.ms(w.run_start_s)
                 end_ms = start_ms + int(round((w.spec.work_s - w.progress_s) * 1000 * scale))
                 placement = [ev.NodeGpus(node=node.name, gpu_ids=list(gpus)) for node, gpus in w.placement]
-                self.running[wid] = Running(wid, w.attempt, end_ms, w.spec, placement)
+                self.running[wid] = r = Running(wid, w.attempt, end_ms, w.spec, placement)
+                if w.notice is not None:  # under notice at the snapshot: not started again (_launch)
+                    r.checkpoint_reported = w.notice.checkpointed_s is not None
+                    if r.checkpoint_reported:
+                        r.notice_deadline_ms = state.ms(w.notice.deadline_s)
+                    else:
+                        self._notice(r, state.ms(w.notice.deadline_s), state.ms(w.notice.notified_s))
         self.last_seq = snap["log_seq"]
         log.info("executor %s starts from the snapshot at log seq %d (%d running)", self.cluster,
                  snap["log_seq"], len(self.running))
@@ -155,6 +203,8 @@ class Executor:
 
     async def stop(self) -> None:
         self.stop_event.set()
+        if self.storage_timer is not None:
+            self.storage_timer.cancel()
         for r in list(self.running.values()):
             if r.handle is not None:
                 r.handle.cancel()
@@ -212,14 +262,23 @@ class Executor:
                 remaining_s = spec.work_s - e.progress_s
                 end_ms = e.at_ms + int(round(remaining_s * 1000 * (1.0 if self.clock.manual else self.settings.time_scale)))
                 self.running[e.workload_id] = Running(e.workload_id, e.attempt, end_ms, spec, e.placement, seq)
+            case ev.WorkloadPreemptionNotice():
+                r = self.running.get(e.workload_id)
+                if r is not None and (e.attempt is None or e.attempt == r.attempt) and not r.under_notice:
+                    self._notice(r, e.deadline_ms, e.at_ms)
             case ev.WorkloadPreempted() | ev.WorkloadCancelled() | ev.WorkloadFailed() | ev.WorkloadCompleted():
                 if not (isinstance(e, ev.WorkloadPreempted) and e.resumable):
                     self.specs.pop(e.workload_id, None)  # ended for good: never started again
                 r = self.running.pop(e.workload_id, None)
+                if e.workload_id in self.storage.writers:  # it stopped writing (as the simulator's storage)
+                    self.storage.remove(e.workload_id, e.at_ms)
+                    self._storage_changed()
                 if r is not None:
                     r.stopping = True
                     if r.handle is not None:
                         r.handle.cancel()
+                    if r.killer is not None:
+                        r.killer.cancel()
                     if r.procs:
                         self._release_later(r, asyncio.ensure_future(self._terminate(r)))
 
@@ -236,6 +295,12 @@ class Executor:
         stopping.add_done_callback(released)
 
     def _launch(self, r: Running) -> None:
+        if r.under_notice:
+            # noticed before it was launched (in the same batch, or before this executor
+            # restarted): a process started only to be stopped again would save nothing, placement
+            # preempts it at the deadline (its periodic checkpoint); simulated work writes its
+            # checkpoint in the storage model (its timer is the executor's, _storage_changed)
+            return
         if self.kind == "process" and r.spec.command:
             r.handle = asyncio.ensure_future(self._run_processes(r))
         elif not self.clock.manual:
@@ -247,7 +312,8 @@ class Executor:
         asyncio.ensure_future(self._report(r, exit_code, self.clock.now_ms()))
 
     async def _report(self, r: Running, exit_code: int | None, at_ms: int, reason: str = "") -> None:
-        if r.stopping or self.stop_event.is_set() or self.running.get(r.workload_id) is not r:
+        if r.stopping or self.stop_event.is_set() or self.running.get(r.workload_id) is not r \
+                or (r.checkpoint_reported and not r.procs):
             return
         r.stopping = True
         if exit_code == 0:
@@ -279,6 +345,101 @@ class Executor:
         finally:
             span.end()
 
+    # -- preemption with notice -------------------------------------------------------------
+    def _notice_s(self, spec) -> int:
+        """The notice this workload will be given (0: none, SIGTERM then means stop): what it
+        declared, when the policy gives notices and it keeps something by one (resumable work,
+        a session that suspends), as ``SchedulerState.gives_notice`` decides."""
+        if not self.policy.preemption_notice or not (spec.resumable or spec.suspends):
+            return 0
+        return spec.notice_s
+
+    def _notice(self, r: Running, deadline_ms: int, at_ms: int) -> None:
+        """SIGTERM now, SIGKILL at the deadline (processes); simulated work starts writing its
+        checkpoint in the storage model. Applied while catching up too: nothing runs yet then,
+        and ``_launch`` leaves work under notice alone."""
+        r.notice_deadline_ms = deadline_ms
+        if self.kind == "process" and r.spec.command:
+            if r.procs:  # else they are being started: _run_processes calls this again
+                self._signal(r, signal.SIGTERM)
+                delay_s = max(0.0, (deadline_ms - self.clock.now_ms()) / 1000)
+                r.killer = asyncio.get_running_loop().call_later(delay_s, self._signal, r, signal.SIGKILL)
+            return
+        # simulated, as the simulator models it (timeshare.sim.storage): the checkpoint takes its
+        # declared time, longer when checkpoints written at once share too little bandwidth; its
+        # work goes on meanwhile (it may complete first) and stops when the checkpoint is written
+        scale = 1.0 if self.clock.manual else self.settings.time_scale
+        self.storage.add(r.workload_id, r.attempt, r.spec.checkpoint_size_gb, r.spec.notice_s * scale, at_ms)
+        self._storage_changed()
+
+    def _storage_changed(self) -> None:
+        """Wall clock: one timer at the next checkpoint the storage finishes (the manual clock's
+        ``advance`` reports them instead)."""
+        if self.clock.manual:
+            return
+        if self.storage_timer is not None:
+            self.storage_timer.cancel()
+            self.storage_timer = None
+        nxt = self.storage.next_finish()
+        if nxt is not None:
+            self.storage_timer = asyncio.get_running_loop().call_later(
+                max(0.0, (nxt[0] - self.clock.now_ms()) / 1000), self._checkpoints_due)
+
+    def _checkpoints_due(self) -> None:
+        self.storage_timer = None
+        for r, at_ms in self._written_by(self.clock.now_ms()):
+            asyncio.ensure_future(self._report_checkpointed(r, at_ms))
+        self._storage_changed()
+
+    def _written_by(self, now_ms: int) -> list[tuple[Running, int]]:
+        """Checkpoints the storage finished by ``now_ms``, in the order they finished (each at
+        its own time; the rates change as each one ends), taken out of the storage."""
+        out = []
+        while True:
+            nxt = self.storage.next_finish()
+            if nxt is None or nxt[0] > now_ms:
+                return out
+            at_ms, wid = nxt
+            finished = self.storage.finished(wid, at_ms)
+            self.storage.remove(wid, at_ms)
+            r = self.running.get(wid)
+            if finished and r is not None and r.under_notice and not r.stopping:
+                out.append((r, at_ms))
+
+    def _signal(self, r: Running, sig: int) -> None:
+        for p in r.procs:
+            if p.returncode is None:
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    async def _report_checkpointed(self, r: Running, at_ms: int) -> None:
+        """Propose ``workload.checkpointed`` for this attempt (placement accepts it only while
+        the workload is under notice in that attempt; a repeat dedups by its id)."""
+        if self.stop_event.is_set() or self.running.get(r.workload_id) is not r or r.stopping \
+                or r.checkpoint_reported:
+            return
+        r.checkpoint_reported = True  # its work stops here: no completion is reported after it
+        e = ev.WorkloadCheckpointed(event_id=ended_id(CHECKPOINTED, r.workload_id, r.attempt), at_ms=at_ms,
+                                    cluster=self.cluster, workload_id=r.workload_id, attempt=r.attempt)
+        span = self.tracer.start_span("executor workload.checkpointed", context=r.trace_ctx, attributes={
+            "timeshare.workload_id": r.workload_id, "timeshare.cluster": self.cluster, "timeshare.attempt": r.attempt})
+        try:
+            async for attempt in AsyncRetrying(
+                    retry=retry_if_exception(is_transient), reraise=True,
+                    wait=wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1),
+                    stop=lambda _s: self.stop_event.is_set() or self.running.get(r.workload_id) is not r,
+                    before_sleep=lambda rs: log.warning("report %s: %s; retrying", e.event_id,
+                                                        rs.outcome.exception())):
+                with attempt, trace.use_span(span):
+                    await self.bus.propose(e)
+            self.reported += 1
+        except Exception as exc:
+            log.error("could not report %s: %s", e.event_id, exc)
+        finally:
+            span.end()
+
     # -- manual clock -----------------------------------------------------------------------
     async def wait_for_seq(self, seq: int, timeout_s: float = 10.0) -> None:
         """Return once the log has been applied up to stream sequence ``seq``."""
@@ -293,7 +454,11 @@ class Executor:
         the order it started (the simulator's order)."""
         if log_seq:
             await self.wait_for_seq(log_seq)
-        due = sorted((r for r in self.running.values() if r.end_ms <= now_ms and not r.stopping),
+        # checkpoints written by now (the storage model), before completions of the same moment
+        for r, at_ms in self._written_by(now_ms):
+            await self._report_checkpointed(r, at_ms)
+        due = sorted((r for r in self.running.values() if r.end_ms <= now_ms and not r.stopping
+                       and not r.checkpoint_reported),
                      key=lambda r: (r.end_ms, r.started_seq, r.workload_id))
         for r in due:
             await self._report(r, 0, r.end_ms)
@@ -305,15 +470,22 @@ class Executor:
                    if (part.node, g) in self.releasing}
         if holders:  # the previous holders of these GPUs are still stopping
             await asyncio.gather(*holders, return_exceptions=True)
-            if r.stopping:
+            if r.stopping or r.under_notice:  # noticed meanwhile: nothing to start only to stop it
                 return
         world = len(r.placement)
+        try:
+            ckpt_dir = checkpoint_dir(self.data_dir, self.cluster, r.workload_id)
+            os.makedirs(ckpt_dir, exist_ok=True)
+        except (OSError, ValueError) as exc:
+            await self._report(r, 127, self.clock.now_ms(), reason=f"no checkpoint directory: {exc}")
+            return
         for rank, part in enumerate(r.placement):
             env = dict(os.environ)
             env.update({"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in part.gpu_ids),
                         "TIMESHARE_RANK": str(rank), "TIMESHARE_WORLD_SIZE": str(world),
                         "TIMESHARE_NODE": part.node, "TIMESHARE_WORKLOAD_ID": r.workload_id,
-                        "TIMESHARE_ATTEMPT": str(r.attempt), "TIMESHARE_CLUSTER": self.cluster})
+                        "TIMESHARE_ATTEMPT": str(r.attempt), "TIMESHARE_CLUSTER": self.cluster,
+                        "TIMESHARE_CHECKPOINT_DIR": ckpt_dir, "TIMESHARE_NOTICE_S": str(self._notice_s(r.spec))})
             try:
                 proc = await asyncio.create_subprocess_exec(*r.spec.command, env=env, start_new_session=True)
             except OSError as exc:
@@ -321,10 +493,25 @@ class Executor:
                 await self._terminate(r)
                 return
             r.procs.append(proc)
+        if r.under_notice:  # the notice came while they were starting
+            self._notice(r, r.notice_deadline_ms, self.clock.now_ms())
         codes = await asyncio.gather(*(p.wait() for p in r.procs))
         if r.stopping:
             return
         bad = [c for c in codes if c != 0]
+        if r.under_notice:
+            if r.killer is not None:
+                r.killer.cancel()
+            # exited after SIGTERM: with 0 everywhere before the deadline it wrote its checkpoint;
+            # otherwise (killed, or an error) placement ends it at the deadline with what its
+            # periodic checkpoint kept (no completed/failed: this attempt ends by preemption)
+            now_ms = self.clock.now_ms()
+            if not bad and now_ms <= r.notice_deadline_ms:
+                await self._report_checkpointed(r, now_ms)
+            else:
+                log.info("%s exited under notice with %s at %d ms (deadline %d): not checkpointed",
+                         r.workload_id, codes, now_ms, r.notice_deadline_ms)
+            return
         await self._report(r, bad[0] if bad else 0, self.clock.now_ms())
 
     async def _terminate(self, r: Running) -> None:

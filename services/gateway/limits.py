@@ -47,6 +47,12 @@ Gpus = Annotated[int, msgspec.Meta(ge=1, le=MAX_GPUS)]
 WorkS = Annotated[int, msgspec.Meta(gt=0, le=MAX_WORK_S)]
 MinRuntimeS = Annotated[int, msgspec.Meta(ge=0, le=MAX_WORK_S)]
 IntervalS = Annotated[int, msgspec.Meta(gt=0, le=MAX_WORK_S)]
+#: seconds a workload needs to checkpoint after SIGTERM; the policy's max_notice_s caps it
+#: further (checked by the gateway with the cluster's policy: 422 naming the field)
+NoticeS = Annotated[int, msgspec.Meta(ge=0, le=MAX_WORK_S)]
+#: a checkpoint's size: at most a petabyte (a bound keeps inf and 1e300 out of the bandwidth sums)
+MAX_CHECKPOINT_GB = 1_000_000.0
+CheckpointGb = Annotated[float, msgspec.Meta(ge=0, le=MAX_CHECKPOINT_GB)]
 Arg = Annotated[str, msgspec.Meta(max_length=MAX_ARG_CHARS)]
 Command = Annotated[list[Arg], msgspec.Meta(min_length=1, max_length=MAX_COMMAND_ARGS)]
 
@@ -65,6 +71,10 @@ class SubmitBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     checkpoint_interval_s: IntervalS | None = None
     command: Command | None = None
     id: Id | None = None
+    # the notice part of the contract: absent (UNSET) keeps the workload's encoding as before
+    checkpoint_on_notice_s: NoticeS | msgspec.UnsetType = msgspec.UNSET
+    checkpoint_gb: CheckpointGb | msgspec.UnsetType = msgspec.UNSET
+    suspends_on_notice: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 submit_decoder = msgspec.json.Decoder(SubmitBody, strict=False)
@@ -84,7 +94,14 @@ def submit_schema() -> dict:
             "kind": "free label (debug, training, eval...)",
             "checkpoint_interval_s": "resumable work keeps progress at these intervals",
             "command": "process executor: the command to run",
-            "id": "workload id (default: derived from Idempotency-Key, or random)"}
+            "id": "workload id (default: derived from Idempotency-Key, or random)",
+            "checkpoint_on_notice_s": "seconds it needs to write a checkpoint after SIGTERM: a preemption gives it "
+                                      "this notice (it keeps its GPUs until it exits or the notice ends, then "
+                                      "SIGKILL); 0 or absent = no notice; at most the policy's max_notice "
+                                      "(default 300 s), above it a 422 naming this field",
+            "checkpoint_gb": "size of that checkpoint in GB (it shares the cluster's checkpoint bandwidth)",
+            "suspends_on_notice": "an interactive session that saves its state on notice and resumes it when it "
+                                  "starts again"}
     for name, text in docs.items():
         body["properties"][name]["description"] = text
     return body
@@ -107,6 +124,16 @@ def decode_submit(raw: bytes) -> SubmitBody:
         raise HTTPException(400, f"min_runtime_s: {req.min_runtime_s}s is more than work_s ({req.work_s}s); "
                                  "the protected minimum cannot exceed the work itself")
     return req
+
+
+def check_notice(req: SubmitBody, max_notice_s: int) -> None:
+    """HTTP 422 naming ``checkpoint_on_notice_s`` when it is above the policy's cap (a range the
+    cluster's policy sets, so it cannot be in the static schema above)."""
+    notice_s = req.checkpoint_on_notice_s
+    if notice_s is not msgspec.UNSET and notice_s > max_notice_s:
+        raise HTTPException(422, f"checkpoint_on_notice_s: {notice_s}s is above the policy's max_notice of "
+                                 f"{max_notice_s}s (checkpoint faster, or checkpoint periodically and declare "
+                                 "no notice)")
 
 
 def check_id(field: str, value: str) -> str:

@@ -76,7 +76,15 @@ class Projection:
             d["last_event"] = ev.event_type(e)
             if type(e) in STATE_OF:
                 d["state"] = STATE_OF[type(e)]
-            if isinstance(e, ev.WorkloadStarted):
+            if isinstance(e, ev.WorkloadPreemptionNotice):
+                # still running (its GPUs stay with it) until it checkpoints or the deadline
+                d["notice"] = {"at_ms": e.at_ms, "deadline_ms": e.deadline_ms, "attempt": e.attempt,
+                               "by_workload_id": e.reason.by_workload_id, "by_project": e.reason.by_project,
+                               "kind": e.reason.kind, "message": e.reason.message, "checkpointed_ms": None}
+            elif isinstance(e, ev.WorkloadCheckpointed):
+                if d.get("notice"):
+                    d["notice"]["checkpointed_ms"] = e.at_ms
+            elif isinstance(e, ev.WorkloadStarted):
                 d["attempt"] = e.attempt
                 d["started_ms"] = d["started_ms"] or e.at_ms
                 d["placement"] = [msgspec.to_builtins(p) for p in e.placement]
@@ -85,6 +93,7 @@ class Projection:
             elif isinstance(e, ev.MinRuntimeReached):
                 d["protected_until_ms"] = None
             elif isinstance(e, ev.WorkloadPreempted):
+                d.pop("notice", None)
                 d["preemptions"] += 1
                 d["placement"] = []
                 d["state"] = "pending" if e.resumable else "preempted"
@@ -92,6 +101,7 @@ class Projection:
                 if not e.resumable:
                     d["ended_ms"] = e.at_ms
             elif isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled)):
+                d.pop("notice", None)
                 d["placement"] = []
                 d["ended_ms"] = e.at_ms
                 if isinstance(e, ev.WorkloadFailed):

@@ -94,7 +94,9 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
     @app.get("/v1/cluster", tags=["nodes"])
     async def cluster_now(who: Auth) -> dict:
         """Every node and each of its GPUs with the workload holding it (project, user, allocated
-        or not, protected until when), from placement's nodes and the gateway's workloads."""
+        or not, protected until when; ``notice`` when it is preempted with notice: since when, the
+        deadline by which the GPUs are free at the latest, the preemptor waiting for them), from
+        placement's nodes and the gateway's workloads."""
         nodes = (await ask(_query(gw, "nodes")))["nodes"]
         now_ms = gw.clock.now_ms()
         now_s = ms_to_s(now_ms)
@@ -109,12 +111,23 @@ def mount(app: FastAPI, gw, auth_dependency, ask) -> None:
                      # protected: its GPUs cannot be freed now (allocated work inside its minimum
                      # runtime); everything else may be preempted (the core's rule)
                      "protected": free_at > now_s}
+            if d.get("notice"):
+                # preempted with notice: it keeps these GPUs while it checkpoints, until it reports
+                # the checkpoint or the deadline; then they go to the preemptor named here
+                entry["notice"] = {k: d["notice"].get(k) for k in
+                                   ("at_ms", "deadline_ms", "by_workload_id", "by_project", "checkpointed_ms")}
             for part in d.get("placement") or []:
                 for gpu in part["gpu_ids"]:
                     holders[(part["node"], gpu)] = entry
         out = []
         for n in nodes:
             gpus = [{"gpu": i, **holders.get((n["name"], i), {"workload_id": None})} for i in range(n["gpus"])]
+            # free GPUs held for a preemptor awaiting its victims under notice (placement counts
+            # them per node; which free ones is not tracked: the first free ones are shown)
+            held = [pid for pid, count in sorted((n.get("held") or {}).items()) for _ in range(count)]
+            for g in gpus:
+                if held and g["workload_id"] is None:
+                    g["held_for"] = held.pop(0)
             out.append({"name": n["name"], "gpu_type": n["gpu_type"], "rack": n["rack"], "state": n["state"],
                         "free": n["free"], "gpus": gpus})
         return {"now_ms": now_ms, "nodes": out}

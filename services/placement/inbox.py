@@ -31,11 +31,13 @@ from timeshare.workload import ContractError
 from ..common import subjects, telemetry
 from ..common.bus import decode_event, reply_json
 from ..common.ids import attempt_of
+from .log import notice_problem
 
 log = logging.getLogger("timeshare.placement")
 
 PROPOSABLE = (ev.WorkloadSubmitted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled,
-              ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
+              ev.WorkloadCheckpointed, ev.NodeUnhealthy, ev.NodeFailed, ev.NodeRepaired, ev.BudgetChanged)
+
 
 
 #: why an id may be unknown to placement although it was submitted once (forget_ended)
@@ -78,10 +80,16 @@ class InboxLoop:
         if self.clock.manual:
             return 0.2
         timeout = min(0.5, self.settings.pass_interval_s)
-        nxt = self.state.next_protection_expiry_s()
+        nxt = self._next_wake_s()
         if nxt is not None:
             timeout = min(timeout, max(0.01, nxt - self.clock.now_ms() / 1000))
         return timeout
+
+    def _next_wake_s(self) -> float | None:
+        """When the state next needs a pass by itself: a protection that ends, or the deadline of
+        a notice (the victim that has not reported its checkpoint is preempted then and its
+        GPUs go to the preemptor)."""
+        return self.state.next_wake_s()
 
     async def _loop(self) -> None:
         durable = f"placement-{self.cluster}"
@@ -132,10 +140,15 @@ class InboxLoop:
                         # a pass that held a preemption back (rule "no cascade") asks for another
                         retry = state.retry_at_s
                         state.retry_at_s = None
+                        notice = state.next_notice_deadline_s()
                         replies.append((reply, {"at_ms": tick.at_ms, "pending": state.pending_count,
                                                 "running": len(state.running),
                                                 "next_protection_expiry_ms": state.ms(nxt) if nxt is not None else None,
-                                                "retry_at_ms": state.ms(retry) if retry is not None else None}))
+                                                "retry_at_ms": state.ms(retry) if retry is not None else None,
+                                                # a driver ticks at a notice's deadline (the victim is
+                                                # preempted then unless it reported its checkpoint)
+                                                "next_notice_deadline_ms":
+                                                    state.ms(notice) if notice is not None else None}))
                     continue
                 try:
                     e = decode_event(m.data)
@@ -166,7 +179,8 @@ class InboxLoop:
             self.stats["inputs"] += accepted
             if not self.clock.manual:
                 now_wall = time.monotonic()
-                nxt = state.next_protection_expiry_s()
+                # a checkpoint reported is an accepted input: the pass below hands its GPUs over
+                nxt = self._next_wake_s()
                 due = nxt is not None and nxt * 1000 <= self.clock.now_ms()
                 if accepted or due or now_wall - self.last_pass_wall >= self.settings.pass_interval_s:
                     out += self._pass(self._now_ms())
@@ -216,10 +230,11 @@ class InboxLoop:
             self.decided.extend(decisions)  # counted in the metrics once the log holds them
             for e in decisions:
                 self._remember(e)
-                if isinstance(e, ev.WorkloadPreempted):
+                if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice)):
                     # the reasons as data, on the trace: why this workload was preempted
-                    span.add_event("preempted", {"workload_id": e.workload_id, "reason": e.reason.kind,
-                                                 "message": e.reason.message})
+                    span.add_event("preempted" if isinstance(e, ev.WorkloadPreempted) else "notified",
+                                   {"workload_id": e.workload_id, "reason": e.reason.kind,
+                                    "message": e.reason.message})
             span.set_attribute("timeshare.decisions", len(decisions))
         self.stats["passes"] += 1
         self.stats["decisions"] += len(decisions)
@@ -252,6 +267,11 @@ class InboxLoop:
                 if w.state != RUNNING or (attempt is not None and attempt != w.attempt):
                     raise Rejected(f"stale report for {e.workload_id}: it is {w.state} in attempt {w.attempt}, "
                                    f"the report is about attempt {attempt}")
+                return [e]
+            case ev.WorkloadCheckpointed():
+                problem = notice_problem(state, e)
+                if problem is not None:
+                    raise Rejected(problem + (FORGOTTEN_HINT if e.workload_id not in state.workloads else ""))
                 return [e]
             case ev.WorkloadCancelled():
                 w = state.workloads.get(e.workload_id)

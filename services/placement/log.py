@@ -17,13 +17,14 @@ import msgspec
 
 from timeshare import events as ev
 from timeshare.cluster import PlacementError
-from timeshare.state import RUNNING, SchedulerState
+from timeshare.state import AWAITING, PENDING, RUNNING, SchedulerState
 from timeshare.tree import AllocationTree, TreeError
 from timeshare.units import ms_to_s
 
 from ..common import subjects, telemetry
 from ..common.bus import decode_event
 from ..common.forked_pickle import PickleJob, start_pickle
+from ..common.ids import attempt_of
 from ..common.supervise import describe
 from ..common.snapshots import CODE_VERSION, purge_mark_name, read_snapshot, snapshot_name
 
@@ -43,6 +44,18 @@ class UntrustedLog(Exception):
         self.event_type = event_type
         self.reason = reason
 
+
+
+def notice_problem(state: SchedulerState, e: ev.WorkloadCheckpointed) -> str | None:
+    """Why an executor's ``workload.checkpointed`` cannot be applied (None when it can): only a
+    workload under notice, in the attempt the notice was given to, reports its checkpoint, once
+    (the core's rule, ``SchedulerState.replay_problem``; a report id also names its attempt)."""
+    attempt = e.attempt if e.attempt is not None else attempt_of(e.event_id)
+    w = state.workloads.get(e.workload_id)
+    if w is not None and attempt is not None and attempt != w.attempt:
+        return (f"stale report for {e.workload_id}: it is {w.state} in attempt {w.attempt}, the report is about "
+                f"attempt {attempt}")
+    return state.replay_problem(e)
 
 
 def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
@@ -84,7 +97,8 @@ def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
         return f"unknown workload {wid!r}"
     match e:
         case ev.WorkloadStarted():
-            if w.state != "pending":
+            # a preemptor awaiting its victims under notice starts on the GPUs held for it
+            if w.state not in (PENDING, AWAITING):
                 return f"{wid} is {w.state}; only pending work starts"
             seen: set[tuple[str, int]] = set()
             for part in e.placement:
@@ -108,6 +122,10 @@ def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
         case ev.WorkloadRequeued():
             if w.state != "preempted":
                 return f"{wid} is {w.state}; only preempted work is requeued"
+        case ev.WorkloadCheckpointed():
+            return notice_problem(state, e)
+        case ev.WorkloadPreemptionNotice():
+            return state.replay_problem(e)
     return None
 
 

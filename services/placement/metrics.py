@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import weakref
 
+import msgspec
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from timeshare import events as ev
@@ -29,6 +30,11 @@ class _Instruments:
         self.preemptions = meter.create_counter(
             "timeshare.preemptions", unit="{preemption}", description="preemptions by reason kind and rule")
         self.drains = meter.create_counter("timeshare.drains", unit="{node}", description="nodes drained")
+        self.notices = meter.create_counter(
+            "timeshare.notices", unit="{notice}", description="preemptions that began with a notice, by reason kind")
+        self.checkpoint_gpu_s = meter.create_counter(
+            "timeshare.checkpoint.gpu_time", unit="s",
+            description="GPU-seconds victims held their GPUs under notice (checkpoint overhead, apart from lost work)")
         for name, method, unit, description in (
                 ("timeshare.queue.length", "_queue", "{workload}", "pending workloads per GPU type and phase"),
                 ("timeshare.gpus.busy", "_busy", "{gpu}", "GPUs running work, allocated or unallocated, per GPU type"),
@@ -51,6 +57,7 @@ class PlacementMetrics:
         if _instruments is None:
             _instruments = _Instruments(meter)
         self.waits, self.preemptions, self.drains = _instruments.waits, _instruments.preemptions, _instruments.drains
+        self.notices, self.checkpoint_gpu_s = _instruments.notices, _instruments.checkpoint_gpu_s
         # a weak reference: the process's meter provider outlives a test's placement; a stopped
         # or collected placement observes nothing
         self._placement = weakref.ref(placement)
@@ -78,7 +85,13 @@ class PlacementMetrics:
                                       {"cluster": self.cluster, "kind": w.spec.kind, "gpu_type": e.gpu_type,
                                        "allocated": e.allocated})
             elif isinstance(e, ev.WorkloadPreempted):
-                self.preemptions.add(1, {"cluster": self.cluster, "reason": e.reason.kind, "rule": e.reason.rule or ""})
+                attrs = {"cluster": self.cluster, "reason": e.reason.kind, "rule": e.reason.rule or ""}
+                if e.checkpointed is not msgspec.UNSET:  # after a notice: checkpointed, or ended at the deadline
+                    attrs["notice"] = "checkpointed" if e.checkpointed else "deadline"
+                    self.checkpoint_gpu_s.add(e.checkpoint_gpu_s or 0, {"cluster": self.cluster})
+                self.preemptions.add(1, attrs)
+            elif isinstance(e, ev.WorkloadPreemptionNotice):
+                self.notices.add(1, {"cluster": self.cluster, "reason": e.reason.kind})
             elif isinstance(e, ev.NodeDrained):
                 self.drains.add(1, {"cluster": self.cluster})
 

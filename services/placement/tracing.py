@@ -5,6 +5,7 @@ A mixin of ``Placement`` (service.py), whose ``__init__`` declares the state it 
 
 from __future__ import annotations
 
+import msgspec
 from opentelemetry import trace
 
 from timeshare import events as ev
@@ -60,6 +61,12 @@ class DecisionTracing:
                 attrs.update(telemetry.attributes_of("timeshare.preemption", e.reason, skip=("rejected",)))
                 attrs.update({"timeshare.resumable": e.resumable, "timeshare.progress_s": e.progress_s,
                               "timeshare.lost_gpu_s": e.lost_gpu_s})
+                if e.checkpointed is not msgspec.UNSET:  # after a notice
+                    attrs.update({"timeshare.checkpointed": e.checkpointed,
+                                  "timeshare.checkpoint_gpu_s": e.checkpoint_gpu_s})
+            elif isinstance(e, ev.WorkloadPreemptionNotice):
+                attrs.update(telemetry.attributes_of("timeshare.preemption", e.reason, skip=("rejected",)))
+                attrs.update({"timeshare.deadline_ms": e.deadline_ms, "timeshare.attempt": e.attempt or 0})
             # a workload whose trace is unknown (submitted before a snapshot) hangs under the pass
             parent = self.trace_ctx.get(wid)
             span = self.tracer.start_span(f"placement.pass {ev.event_type(e)}", context=parent, links=link,

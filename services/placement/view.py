@@ -57,11 +57,22 @@ def tree_view(state: SchedulerState, now_s: float) -> dict:
 
 
 def nodes_view(state: SchedulerState) -> dict:
+    # free GPUs held for a preemptor whose victims under notice are still checkpointing: per node,
+    # preemptor id -> GPUs (no other request may take them; ``free`` does not count them)
+    held: dict[str, dict[str, int]] = {}
+    for pid in sorted(state.awaiting):
+        plan = state.awaiting[pid].plan
+        if plan is None:
+            continue
+        for node in plan.nodes:
+            n = plan.holds.get(node.index, 0)
+            if n:
+                held.setdefault(node.name, {})[pid] = n
     out = []
     for gt, pool in state.cluster.pools.items():
         for n in pool.nodes:
             out.append({"name": n.name, "gpu_type": gt, "rack": n.rack, "gpus": n.gpus, "free": n.free,
-                        "state": n.state, "workloads": n.workload_ids()})
+                        "state": n.state, "workloads": n.workload_ids(), "held": held.get(n.name, {})})
     return {"nodes": out}
 
 

@@ -15,7 +15,7 @@ import math
 
 from . import events as ev
 from .cluster import Pool
-from .placement import find_victims, lost_gpu_s
+from .placement import find_victims, preemption_cost_gpu_s
 from .queue import walk
 from .state import SchedulerState, Workload
 from .units import Seconds
@@ -31,11 +31,23 @@ class BaselinePolicy:
 
     def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
         out = state.expire_protection(now_s)
+        # notices: the old scheduler honours them too when the policy gives them (a fair
+        # comparison); a preemptor waiting for its victims starts as it would have at once
+        out += state.notice_events(now_s, lambda w, nodes: self._started(state, w, nodes, now_s))
         out += state.drain_events(now_s, may_end_now)
         for gpu_type, pool in state.cluster.pools.items():
             if state.pending_by_pool[gpu_type]:
                 out += self._schedule_pool(state, pool, now_s)
         return out
+
+    @staticmethod
+    def _started(state: SchedulerState, w: Workload, nodes: list, now_s: Seconds) -> ev.WorkloadStarted:
+        """The start of ``w``: opted out of preemption when it declares a minimum runtime and its
+        team's non-preemptible GPUs stay within the team's cap."""
+        pool = state.cluster.pools[w.gpu_type]
+        cap = int(state.tree.nodes[w.leaf].fraction * pool.total_gpus)
+        opt_out = w.spec.min_runtime_s > 0 and state.nonpreemptible_gpus[w.gpu_type].get(w.leaf, 0) + w.gpus <= cap
+        return state.started(w, nodes, now_s, non_preemptible=opt_out, contract=False)
 
     def drain_blocked_until_s(self, w: Workload, now_s: Seconds) -> Seconds:
         """Non-preemptible work blocks a drain until it completes."""
@@ -72,10 +84,10 @@ class BaselinePolicy:
                     continue
 
                 def may_preempt(v: Workload, rank: int = rank) -> bool:
-                    return not v.non_preemptible and PRIORITY_RANK[v.spec.priority] < rank
+                    return not v.non_preemptible and PRIORITY_RANK[v.spec.priority] < rank and state.may_take(v)
 
-                def cost(v: Workload) -> tuple:
-                    return (PRIORITY_RANK[v.spec.priority], lost_gpu_s(v, now_s), v.id)
+                def cost(v: Workload, w: Workload = w) -> tuple:
+                    return (PRIORITY_RANK[v.spec.priority], preemption_cost_gpu_s(state, v, now_s, w.gpus), v.id)
 
                 plan = find_victims(state, pool, gpus, may_preempt, cost)
                 if plan is None:
@@ -84,13 +96,16 @@ class BaselinePolicy:
                             fail_at[r] = min(fail_at[r], gpus)
                     continue
                 nodes, victims = plan
-                for v in victims:
-                    reason = ev.PreemptionReason(
-                        kind="priority", by_workload_id=w.id, by_project=w.leaf, node=nodes[0].name,
-                        message=f"{w.id} ({w.spec.priority}) outranks preemptible {v.id} ({v.spec.priority})")
-                    for e in state.preempted(v, now_s, reason):
-                        state.apply(e)
-                        out.append(e)
+                if not state.storage_admits(victims):
+                    continue  # rule "storage": a later pass
+                reasons = [ev.PreemptionReason(
+                    kind="priority", by_workload_id=w.id, by_project=w.leaf, node=nodes[0].name,
+                    message=f"{w.id} ({w.spec.priority}) outranks preemptible {v.id} ({v.spec.priority})")
+                    for v in victims]
+                events, waiting = state.take(w, nodes, victims, reasons, now_s)
+                out += events
+                if waiting:
+                    continue
             opt_out = w.spec.min_runtime_s > 0 and held.get(w.leaf, 0) + gpus <= caps.get(w.leaf, 0)
             e = state.started(w, nodes, now_s, non_preemptible=opt_out, contract=False)
             state.apply(e)

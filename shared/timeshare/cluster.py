@@ -39,7 +39,7 @@ class PlacementError(ValueError):
 
 class Node:
     __slots__ = ("name", "index", "rack", "gpus", "slots", "free", "state", "pool", "holders", "blocked", "unallocated",
-                 "reach")
+                 "reach", "held")
 
     def __init__(self, pool: "Pool", index: int, rack: int, gpus: int):
         self.pool = pool
@@ -58,6 +58,9 @@ class Node:
         self.unallocated = 0
         #: free + unallocated, the key of the node in Pool.reach
         self.reach = gpus
+        #: GPUs with no holder kept for a preemptor waiting for victims under notice
+        #: (Pool.hold): not in ``free``, counted in ``blocked``, so no other request takes them
+        self.held = 0
 
     def workload_ids(self) -> list[str]:
         return sorted(self.holders)
@@ -117,6 +120,9 @@ class Pool:
         if "_open_version" not in state:
             self._open_version = 0
             self._open_seq = -1
+        for node in self.nodes:
+            if not hasattr(node, "held"):  # a snapshot from before notices
+                node.held = 0
 
     # -- validation -------------------------------------------------------------------------
     def check_request(self, gpus: int) -> None:
@@ -238,6 +244,20 @@ class Pool:
             self.open[node.gpus - node.blocked].discard(node.index)
             self.open[node.gpus - node.blocked - delta_gpus].add(node.index)
         node.blocked += delta_gpus
+
+    def hold(self, node: Node, delta_gpus: int) -> None:
+        """Keep ``delta_gpus`` free GPUs of ``node`` for a preemptor waiting for its victims under
+        notice (negative: give them back). Held GPUs leave ``free`` (no best fit finds them) and
+        count as ``blocked`` (no victim search or gang counts them): the preemptor's alone."""
+        if not delta_gpus:
+            return
+        old = node.free
+        node.free -= delta_gpus
+        node.held += delta_gpus
+        if node.free < 0 or node.held < 0:
+            raise AssertionError(f"{node.name}: hold of {delta_gpus} GPUs leaves free {node.free}, held {node.held}")
+        self._rebucket(node, old)
+        self.block(node, delta_gpus)
 
     def max_open_on_a_node(self) -> int:
         for c in range(self.gpus_per_node, 0, -1):
@@ -386,12 +406,21 @@ class Pool:
 class Cluster:
     """All pools, addressable by GPU type and node name."""
 
-    def __init__(self, specs: list[PoolSpec]):
+    def __init__(self, specs: list[PoolSpec], checkpoint_bandwidth_gbps: float | None = None):
+        if checkpoint_bandwidth_gbps is not None and not checkpoint_bandwidth_gbps > 0:
+            raise ValueError(f"checkpoint_bandwidth_gbps must be positive, got {checkpoint_bandwidth_gbps!r}")
+        #: the bandwidth (GB/s, gigabytes per second like checkpoint_gb) that checkpoints written
+        #: on notice share (None: unlimited); rule "storage" (SchedulerState.storage_admits)
+        self.checkpoint_bandwidth_gbps = checkpoint_bandwidth_gbps
         types = [s.gpu_type for s in specs]
         if len(set(types)) != len(types):
             raise ValueError("each GPU type may have one pool only")
         self.pools = {s.gpu_type: Pool(s) for s in sorted(specs, key=lambda s: s.gpu_type)}
         self.nodes_by_name = {n.name: n for p in self.pools.values() for n in p.nodes}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("checkpoint_bandwidth_gbps", None)  # a snapshot from before notices
 
     def pool(self, gpu_type: str) -> Pool:
         try:

@@ -41,7 +41,7 @@ class RejectedCandidate(msgspec.Struct, frozen=True, kw_only=True, gc=False, omi
     #: ``protected``, ``non_preemptible``, ``same_leaf``, ``only_unallocated``, ``beyond_due_share``,
     #: ``not_above_due_share``, ``no_cascade``, ``subtree_cap``,
     #: ``not_richer``, ``reserved_node``, ``node_unavailable``, ``node_short``, ``subtree_cap_on_node``,
-    #: ``gang_node_held``, ``cheaper_on_node``, ``ranked_lower``, ``not_eligible``
+    #: ``gang_node_held``, ``cheaper_on_node``, ``ranked_lower``, ``not_eligible``, ``under_notice``, ``storage``
     reason: str
     #: its side where its path and the preemptor's part, and that side's fill and usage ratio
     subtree: str | None = None
@@ -131,6 +131,9 @@ class WorkloadPreemptionNotice(_Event, frozen=True, kw_only=True, tag="workload.
     reason: PreemptionReason
     deadline_ms: int
     attempt: int | None = None
+    #: where the preemptor (``reason.by_workload_id``) will start once its victims are gone
+    #: (their free GPUs are held for it meanwhile); UNSET for a drain's notice
+    preemptor_nodes: list[str] | UnsetType = UNSET
 
 
 class WorkloadCheckpointed(_Event, frozen=True, kw_only=True, tag="workload.checkpointed"):

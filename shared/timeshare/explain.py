@@ -21,7 +21,7 @@ from .durations import format_duration_s
 from .fairshare import FairShareView
 from .reservation import Reservation, keeps_off, plan_reservation
 from .rules import free_at_s, richer_in_all, room_by_depth
-from .state import PENDING, RUNNING, SchedulerState, Workload
+from .state import AWAITING, PENDING, RUNNING, SchedulerState, Workload
 from .units import Seconds
 from .victims import victims_for
 
@@ -201,6 +201,43 @@ def _reservation_lines(state: SchedulerState, w: Workload, view: FairShareView, 
 SENTENCE_NAMES = 3
 
 
+def clock_time(at_s: Seconds) -> str:
+    """A moment of the log's clock (epoch seconds) as a UTC time of day, "14:03:30" (pure: the
+    moment is an argument; the CLI and the dashboard print UTC too; no datetime in the core)."""
+    of_day = int(at_s) % 86400
+    return f"{of_day // 3600:02d}:{of_day % 3600 // 60:02d}:{of_day % 60:02d}"
+
+
+def notice_lines(state: SchedulerState, w: Workload, now_s: Seconds, out: dict[str, Any]) -> list[str]:
+    """A victim under notice ("notified at 14:02:00, checkpointing, GPUs free by 14:03:30 at the
+    latest") or a preemptor awaiting victims under notice (waiting for their GPUs); [] otherwise."""
+    notice = w.notice
+    if notice is not None:
+        out["notice"] = {"by": notice.by, "notified_s": notice.notified_s, "deadline_s": notice.deadline_s,
+                         "checkpointed_s": notice.checkpointed_s}
+        by = f" for {notice.by}" if notice.by else ""
+        if notice.checkpointed_s is not None:
+            return [f"Preempted with notice: notified at {clock_time(notice.notified_s)}, checkpointed at "
+                    f"{clock_time(notice.checkpointed_s)}; its GPUs go{by} in the next pass, all its progress kept "
+                    f"({notice.reason.message})."]
+        return [f"Preempted with notice: notified at {clock_time(notice.notified_s)}, checkpointing, GPUs free"
+                f"{by} by {clock_time(notice.deadline_s)} at the latest (in {format_duration_s(max(0, notice.deadline_s - now_s))}; "
+                f"killed then, keeping its last periodic checkpoint, unless it reports its checkpoint first). "
+                f"{notice.reason.message}."]
+    plan = w.plan
+    if w.state == AWAITING and plan is not None:
+        victims = sorted(plan.victims)
+        deadlines = [state.workloads[v].notice.deadline_s for v in victims
+                     if v in state.workloads and state.workloads[v].notice is not None]
+        latest = max(deadlines) if deadlines else now_s
+        out.update(waiting_for_notice=victims, nodes=[n.name for n in plan.nodes],
+                   starts_by_s=latest if deadlines else None)
+        return [f"Waiting for the GPUs of {', '.join(victims) or 'its victims'} under notice on "
+                f"{node_span([n.name for n in plan.nodes])} (they are writing their checkpoints; the GPUs are held "
+                f"for it): it starts when they report them, by {clock_time(latest)} at the latest."]
+    return []
+
+
 def rejected_sentence(reason: Any) -> str:
     """One sentence of a preemption's reason (a ``PreemptionReason`` or the JSON of one): how many
     other running workloads the decision considered and spared, and why the closest were spared,
@@ -281,6 +318,11 @@ def explain(state: SchedulerState, workload_id: str, now_s: Seconds, last_preemp
                          f"{format_duration_s(at_s - now_s)}, when the protection of {blocker} ends.")
         if phase == "allocated":
             lines += _reservation_lines(state, w, view, now_s, out)
+    elif w.state == AWAITING:
+        lines += notice_lines(state, w, now_s, out)
+    elif w.state == RUNNING and w.notice is not None:
+        out.update(allocated=w.allocated, nodes=[n.name for n, _ in w.placement])
+        lines += notice_lines(state, w, now_s, out)
     elif w.state == RUNNING:
         out.update(allocated=w.allocated, protected_until_s=w.protected_until_s, nodes=[n.name for n, _ in w.placement])
         if not w.allocated:

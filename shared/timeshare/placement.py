@@ -250,6 +250,24 @@ def preemptible_nodes(pool: Pool, nodes: list[Node], may_preempt: Callable[[Work
     return out
 
 
+#: how much more a debug request's wait weighs than GPU time (a minute of a debug user's wait
+#: as an hour of one GPU): a debug request prefers victims that free their GPUs at once
+DEBUG_WAIT_WEIGHT = 60
+
+
+def preemption_cost_gpu_s(state: SchedulerState, w: Workload, now_s: Seconds, requester_gpus: int = 0,
+                          debug: bool = False) -> Seconds:
+    """What preempting ``w`` now costs, in GPU-seconds: the progress it loses, plus, when it is
+    given a notice, the GPU time its checkpoint takes (its GPUs for its notice) and the wait it
+    imposes on the request (the request's GPUs for the notice, weighed DEBUG_WAIT_WEIGHT times
+    for a debug request). A victim given a notice loses no progress: it checkpoints before its
+    GPUs go (the storage rule admits its checkpoint). Without a notice: :func:`lost_gpu_s`."""
+    if not state.gives_notice(w):
+        return lost_gpu_s(w, now_s)
+    notice_s = w.spec.notice_s
+    return (w.gpus + requester_gpus * (DEBUG_WAIT_WEIGHT if debug else 1)) * notice_s
+
+
 def lost_gpu_s(w: Workload, now_s: Seconds) -> Seconds:
     """GPU-seconds of progress that preempting ``w`` now would throw away."""
     return (now_s - w.run_start_s - (w.saved_progress_s(now_s) - w.progress_s)) * w.gpus

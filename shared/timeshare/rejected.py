@@ -145,6 +145,14 @@ class _Context:
         w, view, h = self.w, self.view, self.hysteresis
         if v.non_preemptible:
             return _Verdict(5, 0, self._candidate(v, "non_preemptible", "it opted out of preemption"))
+        if v.notice is not None:
+            return _Verdict(5, 0, self._candidate(
+                v, "under_notice", "it is under notice already: its GPUs are promised "
+                                   + (f"to {v.notice.by}" if v.notice.by else "to no one (a drain)")))
+        if not self.state.may_take(v):
+            return _Verdict(4, 0, self._candidate(
+                v, "storage", "its checkpoint on notice would not fit the checkpoint bandwidth now (rule "
+                              "\"storage\"): a later pass"))
         if v.allocated and v.is_protected(self.now_s):
             until = v.protected_until_s if v.protected_until_s is not None else self.now_s
             return _Verdict(4, until, self._candidate(

@@ -128,8 +128,14 @@ def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple
             times.pop(node.index, None)
             continue
         t = now_s
+        if node.held:
+            times[node.index] = math.inf  # GPUs held for a preemptor under notice
+            continue
         for wid in node.holders:
             v = workloads[wid]
+            if v.notice is not None:
+                t = math.inf  # its GPUs are promised to its preemptor
+                break
             if not v.allocated:
                 continue  # unallocated work goes for an allocated gang at any time (the contract)
             free_s = free_at_s(True, v.protected_until_s, now_s, v.non_preemptible)

@@ -22,7 +22,8 @@ them changes when GPUs move from b to a, so that level is the one compared.
   unallocated work, which the contract allows at any time, aside).
 * **Victim order** (:func:`victim_cost`, :func:`node_rank`): unallocated work first; then the
   least progress lost (GPU-seconds: an 8-GPU gang loses eight times a 1-GPU workload's per
-  second); then the fewest GPUs freed beyond the request (on any node); then the subtree
+  second), or for a victim given a notice its checkpoint's GPU time plus the wait it imposes
+  on the request (placement.preemption_cost_gpu_s); then the fewest GPUs freed beyond the request (on any node); then the subtree
   running most for its due share; then id.
 * **Contract**: work runs on allocated time when it declares a minimum runtime on a leaf with a
   budget (:func:`runs_allocated`); protected work (allocated, within its minimum runtime) is
@@ -148,7 +149,8 @@ def inner_cap_gpus(view: FairShareView, path: list[int], depth: int, fill_a: flo
 
 def victim_cost(allocated: bool, lost_gpu_s: Seconds, victim_side_fill: float, workload_id: str) -> tuple:
     """Order of victims on a node, cheapest first: unallocated work, then the least progress
-    lost, then the subtree running most for its due share, then id."""
+    lost (with a notice: the checkpoint's GPU time and the request's wait instead,
+    placement.preemption_cost_gpu_s), then the subtree running most for its due share, then id."""
     return (1 if allocated else 0, lost_gpu_s, -victim_side_fill, workload_id)
 
 

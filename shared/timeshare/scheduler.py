@@ -89,6 +89,9 @@ class BudgetPolicy:
 
     def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
         out = state.expire_protection(now_s)
+        # victims under notice that checkpointed or reached their deadline end now, and their
+        # preemptors start on the GPUs held for them (state.py, "notices")
+        out += state.notice_events(now_s)
         out += state.drain_events(now_s, may_end_now)
         cached = not self.reference
         if not cached:
@@ -173,11 +176,43 @@ class _Statement:
         self.out.append(e)
         self.view.charge(w.leaf, w.gpus, e.allocated)
 
-    def preempt(self, v: Workload, reason: ev.PreemptionReason) -> None:
-        for e in self.state.preempted(v, self.now_s, reason):
-            self.state.apply(e)
-            self.out.append(e)
-        self.view.charge(v.leaf, -v.gpus, v.allocated)
+    def take(self, w: Workload, nodes: list[Node], victims: list[Workload], reasons: list[ev.PreemptionReason],
+             charged: bool = False) -> None:
+        """Preempt ``victims`` for ``w`` and start it on ``nodes``; victims given a notice keep
+        their GPUs until they end (SchedulerState.take), and ``w`` then starts later, on GPUs
+        held for it. The pass's view sees the move at once either way (``charged``: the
+        victims were charged already)."""
+        events, waiting = self.state.take(w, nodes, victims, reasons, self.now_s)
+        self.out += events
+        if not charged:
+            for v in victims:
+                self.view.charge(v.leaf, -v.gpus, v.allocated)
+        if waiting:
+            self.view.charge(w.leaf, w.gpus, runs_allocated(w.min_runtime_s, self.state.tree.nodes[w.leaf].fraction))
+        else:
+            self.start(w, nodes)
+
+
+def _charge_notices(state: SchedulerState, view: FairShareView, gpu_type: str) -> None:
+    """A pass sees every preemption decided under notice as done: its victims' GPUs as their
+    preemptors' (the GPUs move later, the decision was made), so that no later decision counts
+    them twice and the one rule's "b ends no lower than a" holds once they have moved."""
+    notices = state.notices
+    for wid in sorted(notices):
+        v = notices[wid]
+        if v.gpu_type == gpu_type:
+            view.charge(v.leaf, -v.gpus, v.allocated)
+    awaiting = state.awaiting
+    for wid in sorted(awaiting):
+        w = awaiting[wid]
+        if w.gpu_type == gpu_type:
+            view.charge(w.leaf, w.gpus, runs_allocated(w.min_runtime_s, state.tree.nodes[w.leaf].fraction))
+
+
+def _storage_key(state: SchedulerState) -> int | None:
+    """What a remembered victim search depends on besides the nodes: with limited checkpoint
+    bandwidth, which victims may get a notice now (rule "storage")."""
+    return state.storage_seq if state.cluster.checkpoint_bandwidth_gbps is not None else None
 
 
 class _Pass:
@@ -200,6 +235,8 @@ class _Pass:
         self.explain_rejected = explain_rejected
         config = state.config
         self.view = FairShareView(state.tree, state.ledger, pool.gpu_type, pool.total_gpus, now_s, config.catch_up)
+        if state.notices or state.awaiting:
+            _charge_notices(state, self.view, pool.gpu_type)
         self.out: list[ev.Event] = []
         self.statement = _Statement(state, self.view, now_s, self.out)
         self.fair = config.unallocated_preemption == "fair"
@@ -241,7 +278,7 @@ class _Pass:
         asked); from the state as the search saw it, so before the decision is applied."""
         if not self.explain_rejected:
             return None
-        rules = VictimRules(self.state, self.view, w.leaf, victims_of, unallocated_from, self.now_s)
+        rules = VictimRules(self.state, self.view, w.leaf, victims_of, unallocated_from, self.now_s, w)
         reservation = self.reservation
         return rejected_candidates(self.state, self.pool, w, victims, nodes, rules, exclude,
                                    reservation.workload_id if reservation is not None and exclude else None,
@@ -359,7 +396,8 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             memo = state.caches.failed.get((gpu_type, leaf, "in"))
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
                     and memo.key == (tuple(p.victims_for(leaf, min_gpus).items())
-                                     if state.lost_at_ms.get(leaf) != p.now_ms else (), None, None, -1):
+                                     if state.lost_at_ms.get(leaf) != p.now_ms else (), None, None, -1,
+                                     _storage_key(state)):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         p.activate(leaf, 1)
@@ -420,6 +458,8 @@ def _phase3_within_due_shares(p: _Pass) -> None:
                 turn.kept_out_fail, turn.kept_out_seq = gpus, pool.change_seq
             continue
         nodes, victims, victims_of = plan
+        if not state.storage_admits(victims):
+            continue  # rule "storage": their checkpoints would not fit the bandwidth now; a later pass
         # every reason from the numbers the decision was made on (before any victim is charged),
         # each with what its subtree lost to the victims before it in this plan
         lost_before: dict[str, int] = {}
@@ -427,9 +467,7 @@ def _phase3_within_due_shares(p: _Pass) -> None:
         spared = p.rejected(w, victims, nodes, victims_of, exclude)
         for v in victims:
             reasons.append(with_rejected(_reason(v, w, victims_of, view, config, lost_before), spared))
-        for v, reason in zip(victims, reasons):
-            statement.preempt(v, reason)
-        statement.start(w, nodes)
+        statement.take(w, nodes, victims, reasons)
         leaf = None
 
 
@@ -525,7 +563,8 @@ def _phase4_everything_else(p: _Pass) -> None:
             continue
         failed_key = (leaf, w.queue_class)
         if cached and not state.unallocated_gpus[gpu_type]:
-            failed[failed_key].size = gpus
+            if not exclude:  # (kept off the reserved nodes, a larger request may still fit: as below)
+                failed[failed_key].size = gpus
             continue
         total = view.total_fill
         richer, mask, reachable, take_any, free_limit = _unallocated_victims(p, w, gpus, allocated, spare)
@@ -538,10 +577,17 @@ def _phase4_everything_else(p: _Pass) -> None:
         if plan is not None and not allocated and sum(v.gpus for v in plan[1]) < gpus - max(spare, 0):
             plan = None  # it would take free GPUs of the headroom
         if plan is None:
-            failed[failed_key].size = gpus
+            # a larger request of this leaf and class fails too, unless this one failed only for
+            # being kept off the reserved nodes: that depends on its own minimum runtime
+            # (reservation.keeps_off), and a larger request with a shorter one may use them
+            if not exclude:
+                failed[failed_key].size = gpus
             continue
         nodes, victims, _ = plan
+        if not state.storage_admits(victims):
+            continue  # rule "storage" (as in phase 3; not a failure a larger request would share)
         spared = p.rejected(w, victims, nodes, {}, exclude, richer, free_limit)
+        reasons: list[ev.PreemptionReason] = []
         for v in victims:
             a, b = richer[v.leaf]
             reason = ev.PreemptionReason(
@@ -551,8 +597,9 @@ def _phase4_everything_else(p: _Pass) -> None:
                 message=(f"{v.id} ran on unallocated time ({b} ran {total(b):.0%} of its due share in all); "
                      + (f"{w.id} ({w.leaf}) asked for allocated time" if allocated else
                         f"{a} would run {total(a, gpus):.0%} of its due share with {w.id}")))
-            statement.preempt(v, with_rejected(reason, spared))
-        statement.start(w, nodes)
+            reasons.append(with_rejected(reason, spared))
+            view.charge(v.leaf, -v.gpus, v.allocated)  # the next reason sees this one gone
+        statement.take(w, nodes, victims, reasons, charged=True)
         leaf = None
 
 
@@ -671,14 +718,14 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     if capped is None:
         capped = []  # gets True when a victim's subtree cap turned a node down (see find_victims)
     eligible_key = (tuple(victims_of.items()), (reservation.workload_id, reservation.nodes) if reservation else None,
-                    unallocated_mask if unallocated_from is not None else None, free_limit)
+                    unallocated_mask if unallocated_from is not None else None, free_limit, _storage_key(state))
 
     if not cached:
-        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w)
         plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude, caps=rules.cap,
                             by_fit=True, fill_after=rules.fill_after, free_limit=free_limit)
     elif gpus > gpn:
-        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w)
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
         # nodes changed; search only when enough of them exist
         gang_memo = state.caches.gang_nodes.get((gpu_type, leaf, memo_space))
@@ -713,14 +760,14 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 # only unallocated work may go: a node short even with all of it freed is out
                 changed = [n for n in changed if _usable_free(n, free_limit) + n.unallocated >= gpus]
             if changed:
-                rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+                rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w)
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped, only=changed, exclude=exclude,
                                     free_limit=free_limit)
             else:
                 plan = None
         else:
-            rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s)
+            rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w)
             if victims_of:
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped, exclude=exclude, free_limit=free_limit)

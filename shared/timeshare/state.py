@@ -12,6 +12,8 @@ import heapq
 from bisect import bisect_left, insort
 from typing import Callable, Final
 
+from msgspec import UNSET
+
 from . import events as ev
 from .cluster import NODE_CORDONED, NODE_DOWN, NODE_DRAINED, NODE_HEALTHY, Cluster, Node
 from .caches import PolicyCaches
@@ -30,7 +32,42 @@ COMPLETED: Final = "completed"
 PREEMPTED: Final = "preempted"   # ended by preemption (not resumable)
 FAILED: Final = "failed"
 CANCELLED: Final = "cancelled"
+#: a preemptor whose victims are under notice: out of the queue, its GPUs held for it (not yet
+#: its own); it starts when the last of them is preempted (SchedulerState.notice_events)
+AWAITING: Final = "awaiting"
 ENDED = (COMPLETED, PREEMPTED, FAILED, CANCELLED)
+
+
+class Notice:
+    """A running workload told to stop (``workload.preemption_notice``): it keeps its GPUs until
+    it reports its checkpoint or the deadline passes (docs/design/preemption-rules.md, "Notice")."""
+
+    __slots__ = ("by", "reason", "notified_s", "deadline_s", "checkpointed_s", "demand_gbps")
+
+    def __init__(self, by: str | None, reason: ev.PreemptionReason, notified_s: Seconds, deadline_s: Seconds,
+                 demand_gbps: float):
+        #: the preemptor its GPUs go to (None: a drain)
+        self.by = by
+        self.reason = reason
+        self.notified_s = notified_s
+        self.deadline_s = deadline_s
+        #: when it reported its checkpoint (None: not yet)
+        self.checkpointed_s: Seconds | None = None
+        #: the checkpoint bandwidth it needs to write its checkpoint within its notice (GB/s)
+        self.demand_gbps = demand_gbps
+
+
+class Plan:
+    """Where a preemptor under notice will start: its nodes, the GPUs it needs on each, the
+    victims still under notice, and the free GPUs held for it meanwhile (by node index)."""
+
+    __slots__ = ("nodes", "per_node", "victims", "holds")
+
+    def __init__(self, nodes: list[Node], per_node: int):
+        self.nodes = nodes
+        self.per_node = per_node
+        self.victims: set[str] = set()
+        self.holds: dict[int, int] = {}
 
 
 class Workload:
@@ -40,7 +77,7 @@ class Workload:
         "spec", "id", "leaf", "gpu_type", "gpus", "key", "state", "progress_s", "run_start_s",
         "allocated", "protected_until_s", "placement", "first_start_s", "queued_since_s",
         "attempt", "preemptions", "resubmit_of", "submit_s", "non_preemptible", "min_runtime_s",
-        "queue_class", "work_s", "resumable", "checkpoint_interval_s", "ended_s",
+        "queue_class", "work_s", "resumable", "checkpoint_interval_s", "ended_s", "notice", "plan",
     )
 
     def __init__(self, spec: WorkloadSpec, submit_s: Seconds, resubmit_of: str | None):
@@ -73,6 +110,10 @@ class Workload:
         #: when it ended for good (completed, failed, cancelled, preempted and not requeued);
         #: None while it may still run (see SchedulerState.forget_ended)
         self.ended_s: Seconds | None = None
+        #: the notice it was given (a victim under notice), else None
+        self.notice: Notice | None = None
+        #: the GPUs it waits for (a preemptor in state AWAITING), else None
+        self.plan: Plan | None = None
 
     def remaining_s(self) -> int:
         return self.work_s - self.progress_s
@@ -137,6 +178,22 @@ class SchedulerState:
         #: moment it may be taken (see ``started``). 0 in the simulator, which orders
         #: completions before wake-ups within one moment and so never needs it.
         self.completion_grace_s: Seconds = 0
+        #: victims under notice and preemptors awaiting them, by id (a pass reads only these:
+        #: notice bookkeeping costs O(notices))
+        self.notices: dict[str, Workload] = {}
+        self.awaiting: dict[str, Workload] = {}
+        #: moves with every change to the checkpoints being written (a notice, a checkpoint, an
+        #: end): a victim search remembered under limited bandwidth is valid for one value only
+        self.storage_seq = 0
+        self._writing_gbps = 0.0
+
+    def __setstate__(self, d: dict) -> None:
+        """Unpickle, also a snapshot taken before notices existed."""
+        self.__dict__.update(d)
+        if "notices" not in d:
+            self.notices, self.awaiting, self.storage_seq, self._writing_gbps = {}, {}, 0, 0.0
+            for w in self.workloads.values():
+                w.notice = w.plan = None
 
     # -- ids and time ---------------------------------------------------------------------
     def next_event_id(self) -> str:
@@ -251,16 +308,243 @@ class SchedulerState:
         )
 
     def preempted(self, w: Workload, now_s: Seconds, reason: ev.PreemptionReason) -> list[ev.Event]:
-        """Events that stop ``w`` now: preempted, then requeued when it is resumable."""
-        saved = w.saved_progress_s(now_s)
-        lost_s = int(now_s - w.run_start_s) - (saved - w.progress_s)
-        out: list[ev.Event] = [ev.WorkloadPreempted(
-            event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, workload_id=w.id,
-            reason=reason, resumable=w.spec.resumable, progress_s=saved, lost_gpu_s=lost_s * w.gpus)]
-        if w.spec.resumable:
+        """Events that stop ``w`` now: preempted, then requeued when it is resumable (or, after a
+        notice, a session that saved its state). A workload under notice keeps all its progress
+        up to the notice when it checkpointed, else its last periodic checkpoint before the
+        notice; the time it held its GPUs under notice is reported apart (``checkpoint_gpu_s``)."""
+        notice = w.notice
+        if notice is None:
+            saved = w.saved_progress_s(now_s)
+            lost_s = int(now_s - w.run_start_s) - (saved - w.progress_s)
+            out: list[ev.Event] = [ev.WorkloadPreempted(
+                event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, workload_id=w.id,
+                reason=reason, resumable=w.spec.resumable, progress_s=saved, lost_gpu_s=lost_s * w.gpus)]
+            requeue = w.spec.resumable
+        else:
+            checkpointed = notice.checkpointed_s is not None
+            worked_s = notice.notified_s - w.run_start_s  # SIGTERM stops the work; the checkpoint follows
+            if checkpointed:
+                saved = min(w.progress_s + int(worked_s), w.work_s)
+                lost_s = 0
+                checkpoint_s = notice.checkpointed_s - notice.notified_s  # type: ignore[operator]  # set above
+            else:  # killed at the deadline: its last periodic checkpoint before the notice
+                saved = w.saved_progress_s(notice.notified_s)
+                lost_s = int(worked_s) - (saved - w.progress_s)
+                checkpoint_s = now_s - notice.notified_s
+            suspends = w.spec.suspends
+            requeue = w.spec.resumable or (suspends and checkpointed)
+            if not requeue:
+                saved = 0  # a session whose state was lost starts afresh
+            out = [ev.WorkloadPreempted(
+                event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, workload_id=w.id,
+                reason=notice.reason, resumable=requeue, progress_s=saved, lost_gpu_s=int(lost_s * w.gpus),
+                checkpoint_gpu_s=int(round(checkpoint_s * w.gpus)), checkpointed=checkpointed,
+                state_saved=checkpointed if suspends else UNSET)]
+        if requeue:
             out.append(ev.WorkloadRequeued(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
                                            workload_id=w.id, progress_s=saved))
         return out
+
+    # -- notices --------------------------------------------------------------------------
+    def gives_notice(self, w: Workload) -> bool:
+        """Whether preempting ``w`` starts with a notice: the policy gives notices, ``w`` declared
+        a checkpoint time, it is not under notice already, and it keeps something by it
+        (resumable work its progress, a session that suspends its state; anything else would
+        only hold its GPUs longer to lose the same)."""
+        return self.config.preemption_notice and w.notice is None and w.spec.notice_s > 0 \
+            and (w.resumable or w.spec.suspends)
+
+    @staticmethod
+    def demand_gbps(w: Workload) -> float:
+        """The checkpoint bandwidth ``w`` needs to write its checkpoint within its notice (GB/s)."""
+        notice_s = w.spec.notice_s
+        return w.spec.checkpoint_size_gb / notice_s if notice_s > 0 else 0.0
+
+    def writing_gbps(self) -> float:
+        """Bandwidth that the checkpoints being written now need (GB/s)."""
+        return self._writing_gbps
+
+    def storage_admits(self, victims: list[Workload]) -> bool:
+        """Rule "storage": whether the checkpoint storage absorbs the checkpoints that preempting
+        ``victims`` starts (those given a notice) within their notice times, on top of those
+        being written (``Cluster.checkpoint_bandwidth_gbps``; None: unlimited). A checkpoint
+        that needs more than the whole bandwidth is admitted alone, when nothing else is
+        written (it will be killed at its deadline); else a further notice waits for a pass
+        after others finished."""
+        bandwidth = self.cluster.checkpoint_bandwidth_gbps
+        if bandwidth is None:
+            return True
+        demand = 0.0
+        for v in victims:
+            if self.gives_notice(v):
+                demand += self.demand_gbps(v)
+        if demand <= 0:
+            return True
+        writing = self.writing_gbps()
+        return writing + demand <= bandwidth + 1e-9 or writing == 0
+
+    def may_take(self, w: Workload) -> bool:
+        """Whether a decision may take ``w`` now as far as notices go: not under notice already
+        (its GPUs are promised), and the storage admits its checkpoint if it gets a notice."""
+        if w.notice is not None:
+            return False
+        return self.cluster.checkpoint_bandwidth_gbps is None or not self.gives_notice(w) or self.storage_admits([w])
+
+    def notice_event(self, w: Workload, now_s: Seconds, reason: ev.PreemptionReason,
+                     nodes: list[Node] | None) -> ev.WorkloadPreemptionNotice:
+        """The notice that starts preempting ``w``; ``nodes``: where its preemptor will start."""
+        return ev.WorkloadPreemptionNotice(
+            event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, workload_id=w.id, reason=reason,
+            deadline_ms=self.ms(now_s + w.spec.notice_s), attempt=w.attempt,
+            preemptor_nodes=[n.name for n in nodes] if nodes else UNSET)
+
+    def checkpointed(self, workload_id: str, now_s: Seconds) -> ev.WorkloadCheckpointed:
+        w = self.workloads[workload_id]
+        if w.notice is None or w.notice.checkpointed_s is not None:
+            raise ValueError(f"{workload_id} is not writing a checkpoint under notice")
+        return ev.WorkloadCheckpointed(event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name,
+                                       workload_id=workload_id, attempt=w.attempt)
+
+    def take(self, w: Workload | None, nodes: list[Node] | None, victims: list[Workload],
+             reasons: list[ev.PreemptionReason], now_s: Seconds) -> tuple[list[ev.Event], bool]:
+        """Apply a decision to preempt ``victims`` (for ``w`` on ``nodes``; None: a drain): those
+        without a notice are preempted at once (as before notices existed), then those with one
+        get it. Returns the events and whether ``w`` waits for victims under notice (else the
+        caller starts it now)."""
+        out: list[ev.Event] = []
+        noticed = [self.gives_notice(v) for v in victims]
+        for v, reason, n in zip(victims, reasons, noticed):
+            if not n:
+                for e in self.preempted(v, now_s, reason):
+                    self.apply(e)
+                    out.append(e)
+        for v, reason, n in zip(victims, reasons, noticed):
+            if n:
+                e = self.notice_event(v, now_s, reason, nodes)
+                self.apply(e)
+                out.append(e)
+        return out, any(noticed) and w is not None and w.state == AWAITING
+
+    def notice_events(self, now_s: Seconds,
+                      start: Callable[[Workload, list[Node]], ev.WorkloadStarted] | None = None) -> list[ev.Event]:
+        """The notice step of a pass: preempt every victim under notice that checkpointed or
+        whose deadline passed, then start every preemptor whose victims are all gone, on the
+        GPUs held for it (``start`` builds its start; default: the budget policy's)."""
+        if not self.notices and not self.awaiting:
+            return []
+        out: list[ev.Event] = []
+        due = sorted(wid for wid, w in self.notices.items()
+                     if w.notice is not None and (w.notice.checkpointed_s is not None or w.notice.deadline_s <= now_s))
+        for wid in due:
+            w = self.workloads[wid]
+            for e in self.preempted(w, now_s, w.notice.reason):  # type: ignore[union-attr]  # under notice
+                self.apply(e)
+                out.append(e)
+        for wid in sorted(self.awaiting):
+            p = self.awaiting[wid]
+            if p.plan is not None and not p.plan.victims:
+                e = start(p, p.plan.nodes) if start is not None else self.started(p, p.plan.nodes, now_s)
+                self.apply(e)
+                out.append(e)
+        return out
+
+    def next_notice_deadline_s(self) -> Seconds | None:
+        """The earliest deadline of a victim under notice that has not checkpointed (a pass is
+        due then: the simulator and the live placement wake up for it)."""
+        out: Seconds | None = None
+        for w in self.notices.values():
+            n = w.notice
+            if n is not None and n.checkpointed_s is None and (out is None or n.deadline_s < out):
+                out = n.deadline_s
+        return out
+
+    def next_wake_s(self) -> Seconds | None:
+        """When the next pass is due with no event: a protection ends or a notice's deadline."""
+        a = self.next_protection_expiry_s()
+        b = self.next_notice_deadline_s()
+        if a is None:
+            return b
+        return a if b is None or a <= b else b
+
+    def replay_problem(self, e: ev.Event) -> str | None:
+        """Why a notice event (or the start of a preemptor awaiting one) cannot be applied now
+        (None: it can): the core's rules for the live placement's log check."""
+        match e:
+            case ev.WorkloadPreemptionNotice():
+                w = self.workloads.get(e.workload_id)
+                if w is None:
+                    return f"unknown workload {e.workload_id!r}"
+                if w.state != RUNNING:
+                    return f"{w.id} is {w.state}, not running"
+                if w.notice is not None:
+                    return f"{w.id} is under notice already"
+                if e.preemptor_nodes is not UNSET:
+                    for name in e.preemptor_nodes:
+                        if name not in self.cluster.nodes_by_name:
+                            return f"unknown node {name!r}"
+                return None
+            case ev.WorkloadCheckpointed():
+                w = self.workloads.get(e.workload_id)
+                if w is None:
+                    return f"unknown workload {e.workload_id!r}"
+                if w.notice is None or w.notice.checkpointed_s is not None:
+                    return f"{w.id} is not writing a checkpoint under notice"
+                if e.attempt is not None and e.attempt != w.attempt:
+                    return f"stale report for {w.id}: attempt {e.attempt}, it runs attempt {w.attempt}"
+                return None
+        return None
+
+    def _storage_changed(self) -> None:
+        self.storage_seq += 1
+        # summed afresh (in id order: the same float every time) on each change, read by every
+        # victim search under limited bandwidth
+        total = 0.0
+        for wid in sorted(self.notices):
+            n = self.notices[wid].notice
+            if n is not None and n.checkpointed_s is None:
+                total += n.demand_gbps
+        self._writing_gbps = total
+
+    def _rehold(self, p: Workload) -> None:
+        """Hold for ``p`` the free GPUs of its nodes that its victims under notice will not
+        bring (after a victim ended, its GPUs are held instead)."""
+        plan = p.plan
+        if plan is None:
+            return
+        pool = self.cluster.pools[p.gpu_type]
+        for node in plan.nodes:
+            coming = 0
+            for vid in plan.victims:
+                coming += node.holders.get(vid, 0)
+            have = plan.holds.get(node.index, 0)
+            want = max(0, plan.per_node - coming)
+            if want > node.free + have:
+                want = node.free + have
+            if want != have:
+                pool.hold(node, want - have)
+                plan.holds[node.index] = want
+
+    def _release_plan(self, p: Workload) -> None:
+        """Give back the GPUs held for ``p``; it no longer awaits."""
+        plan = p.plan
+        if plan is None:
+            return
+        pool = self.cluster.pools[p.gpu_type]
+        for node in plan.nodes:
+            h = plan.holds.get(node.index, 0)
+            if h:
+                pool.hold(node, -h)
+        p.plan = None
+        self.awaiting.pop(p.id, None)
+
+    def _abandon_plans_on(self, node: Node) -> None:
+        """A node leaves service: a preemptor waiting for GPUs there goes back to its queue
+        (its victims under notice still end at their checkpoint or deadline)."""
+        for wid in sorted(self.awaiting):
+            p = self.awaiting[wid]
+            if p.plan is not None and node in p.plan.nodes:
+                self._release_plan(p)
+                self._enqueue(p)
 
     def expire_protection(self, now_s: Seconds) -> list[ev.Event]:
         """min_runtime_reached for every allocated workload whose protection ended by now."""
@@ -320,6 +604,32 @@ class SchedulerState:
                 self._enqueue(w)
             case ev.WorkloadStarted():
                 self._start(self.workloads[e.workload_id], e, now_s)
+            case ev.WorkloadPreemptionNotice():
+                w = self.workloads[e.workload_id]
+                if w.state != RUNNING or w.notice is not None:
+                    raise ValueError(f"{w.id} is {w.state}{' under notice' if w.notice else ''}; cannot be notified")
+                by = e.reason.by_workload_id
+                w.notice = Notice(by, e.reason, now_s, ms_to_s(e.deadline_ms), self.demand_gbps(w))
+                self.notices[w.id] = w
+                self._block(w, +1)  # no other decision takes it: its GPUs are promised
+                self._storage_changed()
+                p = self.workloads.get(by) if by is not None else None
+                if p is not None and e.preemptor_nodes is not UNSET:
+                    if p.state == PENDING:
+                        self._dequeue(p)
+                        p.state = AWAITING
+                        nodes = [self.cluster.node(n) for n in e.preemptor_nodes]
+                        p.plan = Plan(nodes, p.gpus if len(nodes) == 1 else p.gpus // len(nodes))
+                        self.awaiting[p.id] = p
+                    if p.plan is not None:
+                        p.plan.victims.add(w.id)
+                        self._rehold(p)
+            case ev.WorkloadCheckpointed():
+                w = self.workloads[e.workload_id]
+                if w.notice is None or w.notice.checkpointed_s is not None:
+                    raise ValueError(f"{w.id} is not writing a checkpoint under notice")
+                w.notice.checkpointed_s = now_s
+                self._storage_changed()
             case ev.MinRuntimeReached():
                 w = self.workloads[e.workload_id]
                 if w.state == RUNNING and w.protected_until_s is not None:
@@ -358,9 +668,13 @@ class SchedulerState:
                 node = self.cluster.node(e.node)
                 if node.state == NODE_HEALTHY:
                     node.pool.set_state(node, NODE_CORDONED)
+                    if self.awaiting:
+                        self._abandon_plans_on(node)
             case ev.NodeFailed():
                 node = self.cluster.node(e.node)
                 node.pool.set_state(node, NODE_DOWN)
+                if self.awaiting:
+                    self._abandon_plans_on(node)
             case ev.NodeDrained():
                 node = self.cluster.node(e.node)
                 node.pool.set_state(node, NODE_DRAINED)
@@ -404,9 +718,12 @@ class SchedulerState:
             del order[bisect_left(order, (w.submit_s, w.id))]
 
     def _start(self, w: Workload, e: ev.WorkloadStarted, now_s: Seconds) -> None:
-        if w.state != PENDING:
+        if w.state == AWAITING:
+            self._release_plan(w)  # the GPUs held for it become its own below
+        elif w.state != PENDING:
             raise ValueError(f"{w.id} is {w.state}; only pending work starts")
-        self._dequeue(w)
+        else:
+            self._dequeue(w)
         pool = self.cluster.pool(w.gpu_type)
         placement = []
         for part in e.placement:
@@ -467,6 +784,7 @@ class SchedulerState:
             if not w.allocated:
                 pool.add_unallocated(node, -len(ids))
             pool.release(node, ids, w.id)
+        placement = w.placement
         w.placement = []
         if w.non_preemptible:
             self.nonpreemptible_gpus[w.gpu_type][w.leaf] -= w.gpus
@@ -478,12 +796,26 @@ class SchedulerState:
         elif w.protected_until_s is None:
             self.unprotected_gpus[w.gpu_type][w.leaf] -= w.gpus
         w.protected_until_s = None
+        notice = w.notice
+        if notice is not None:
+            # its GPUs were blocked by the notice; once free, its preemptor's hold takes them
+            for node, ids in placement:
+                pool.block(node, -len(ids))
+            w.notice = None
+            del self.notices[w.id]
+            self._storage_changed()
+            p = self.workloads.get(notice.by) if notice.by is not None else None
+            if p is not None and p.plan is not None and w.id in p.plan.victims:
+                p.plan.victims.discard(w.id)
+                self._rehold(p)
 
     def _end(self, w: Workload, now_s: Seconds, state: str) -> None:
         if w.state == RUNNING:
             self._stop(w, now_s)
         elif w.state == PENDING:
             self._dequeue(w)
+        elif w.state == AWAITING:
+            self._release_plan(w)  # its victims under notice still end at their checkpoint or deadline
         w.state = state
         w.ended_s = now_s
 
@@ -497,10 +829,19 @@ class SchedulerState:
         for node in self.cordoned_nodes():
             for wid in node.workload_ids():
                 w = self.workloads[wid]
+                if w.notice is not None:
+                    continue  # told already: it ends at its checkpoint or deadline
                 if may_end_now(w, now_s):
-                    for e in self.preempted(w, now_s, ev.PreemptionReason(
-                            kind="drain", node=node.name,
-                            message=f"node {node.name} is unhealthy and drains as work reaches its minimum runtime")):
+                    reason = ev.PreemptionReason(
+                        kind="drain", node=node.name,
+                        message=f"node {node.name} is unhealthy and drains as work reaches its minimum runtime")
+                    if self.gives_notice(w):
+                        if self.storage_admits([w]):
+                            notice = self.notice_event(w, now_s, reason, None)
+                            self.apply(notice)
+                            out.append(notice)
+                        continue  # else the storage is busy: a later pass gives the notice
+                    for e in self.preempted(w, now_s, reason):
                         self.apply(e)
                         out.append(e)
             if node.free == node.gpus:

@@ -16,7 +16,7 @@ import math
 from typing import NamedTuple
 
 from .fairshare import FairShareView
-from .placement import lost_gpu_s
+from .placement import preemption_cost_gpu_s
 from .rules import above_due_share_down, inner_cap_gpus, room_by_depth, victim_cap_gpus, victim_cost
 from .state import SchedulerState, Workload
 from .tree import AllocationTree
@@ -69,10 +69,11 @@ class VictimRules:
     the leaves whose unallocated work may go."""
 
     __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
-                 "allocated_side")
+                 "allocated_side", "requester_gpus", "debug", "limited_storage")
 
     def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, VictimLimit],
-                 unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds):
+                 unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds,
+                 requester: Workload | None = None):
         self.state = state
         self.view = view
         self.leaf = leaf
@@ -82,8 +83,17 @@ class VictimRules:
         # the fill part of a cost, per victim leaf: fills do not change during one search
         self.unallocated_side: dict[str, float] = {}
         self.allocated_side: dict[str, float] = {}
+        # a victim's cost counts the wait its notice imposes on the request (placement.py)
+        self.requester_gpus = requester.gpus if requester is not None else 0
+        self.debug = requester is not None and requester.spec.kind == "debug"
+        self.limited_storage = state.cluster.checkpoint_bandwidth_gbps is not None
 
     def may_preempt(self, v: Workload) -> bool:
+        # under notice already (its GPUs are promised), or its checkpoint would not fit the
+        # storage now (rule "storage"): not a victim now. Notices change when GPUs move and
+        # which eligible victim is cheapest, never who may preempt whom
+        if v.notice is not None or (self.limited_storage and not self.state.may_take(v)):
+            return False
         if not v.allocated:
             unallocated_from = self.unallocated_from
             return unallocated_from is None or v.leaf in unallocated_from
@@ -115,8 +125,10 @@ class VictimRules:
             if side is None:
                 split = self.state.tree.divergence(self.leaf, v.leaf)
                 side = self.unallocated_side[v.leaf] = self.view.total_fill(split[1] if split else self.leaf)
-            return victim_cost(False, lost_gpu_s(v, self.now_s), side, v.id)
+            return victim_cost(False, preemption_cost_gpu_s(self.state, v, self.now_s, self.requester_gpus, self.debug),
+                               side, v.id)
         side = self.allocated_side.get(v.leaf)
         if side is None:
             side = self.allocated_side[v.leaf] = self.view.fill(self.victims_of[v.leaf].b)
-        return victim_cost(True, lost_gpu_s(v, self.now_s), side, v.id)
+        return victim_cost(True, preemption_cost_gpu_s(self.state, v, self.now_s, self.requester_gpus, self.debug),
+                           side, v.id)

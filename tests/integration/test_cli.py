@@ -56,3 +56,22 @@ async def test_cli_submit_status_queue_budget_and_errors(stack):
     assert r.returncode == 1 and "403" in r.stderr
     r = await timeshare(stack, "tok-alice", "cancel", wid)
     assert r.returncode == 0, r.stderr
+    # the notice part of the contract: above the policy's max_notice (300 s) the gateway refuses it
+    # naming the field; within it the workload carries it
+    r = await timeshare(stack, "tok-alice", "submit", "--project", "alpha/train", "--gpus", "4", "--work", "1h",
+                        "--resumable", "--checkpoint-on-notice", "6min")
+    assert r.returncode == 1 and r.stderr.startswith("timeshare: 422: checkpoint_on_notice_s: 360s is above the "
+                                                     "policy's max_notice of 300s"), r.stderr
+    r = await timeshare(stack, "tok-alice", "submit", "--project", "alpha/train", "--gpus", "4", "--work", "1h",
+                        "--resumable", "--checkpoint-every", "10min", "--checkpoint-on-notice", "90s",
+                        "--checkpoint-gb", "40", "--suspends-on-notice", "-q")
+    assert r.returncode == 0, r.stderr
+    wid = r.stdout.strip()
+    for _ in range(50):
+        r = await timeshare(stack, "tok-alice", "status", wid, "--json")
+        if r.returncode == 0:
+            break
+        await asyncio.sleep(0.1)
+    spec = json.loads(r.stdout)["spec"]
+    assert (spec["checkpoint_interval_s"], spec["checkpoint_on_notice_s"], spec["checkpoint_gb"],
+            spec["suspends_on_notice"]) == (600, 90, 40.0, True)

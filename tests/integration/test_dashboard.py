@@ -251,3 +251,69 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     # ReDoc's footer logo is an <img> from its makers' host: it fails offline, nothing else does
     assert not scripts, scripts
     assert not errors, errors
+
+
+async def test_the_cluster_view_marks_gpus_under_notice_and_explain_says_until_when(make_settings, browser,
+                                                                                   screenshots):
+    """alpha runs a protected gang on one node and, on the other, a 2-GPU job with a 30-s notice;
+    beta's 4-GPU request takes that node: the job's GPUs are marked under notice (free by the
+    deadline), the node's 2 free GPUs held for beta's request, and explain says so on both sides."""
+    from services.devstack.stack import Stack
+
+    stack = await Stack(make_settings()).start()
+    try:
+        cluster, bus = stack.settings.cluster, stack["gateway"].bus
+        async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
+            for wid, gpus, body in (("gang", 4, {"min_runtime_s": 600}),
+                                    ("noticed", 2, {"min_runtime_s": 2, "checkpoint_on_notice_s": 30})):
+                r = await alice.post("/v1/workloads", json={
+                    "project": "alpha/train", "gpu_type": "H100", "gpus": gpus, "work_s": 600, "resumable": True,
+                    "checkpoint_interval_s": 60, "id": wid, **body})
+                assert r.status_code == 202, r.text
+            events = await wait_events(bus, cluster, lambda es: len(of_type(es, ev.WorkloadStarted)) == 2)
+            nodes = {e.workload_id: e.placement[0].node for e in of_type(events, ev.WorkloadStarted)}
+            assert nodes["gang"] != nodes["noticed"]
+            await wait_for(lambda: _past_protection(alice, "noticed"), 10, what="past its minimum runtime")
+            r = await bob.post("/v1/workloads", json={"project": "beta/debug", "gpu_type": "H100", "gpus": 4,
+                                                       "work_s": 600, "min_runtime_s": 600, "id": "newcomer"})
+            assert r.status_code == 202
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadPreemptionNotice),
+                                       timeout_s=15, what="a notice")
+            notice = of_type(events, ev.WorkloadPreemptionNotice)[0]
+            assert notice.workload_id == "noticed" and notice.reason.by_workload_id == "newcomer"
+            assert notice.deadline_ms == notice.at_ms + 30_000 and notice.preemptor_nodes == [nodes["noticed"]]
+            await wait_for(lambda: _has_notice(alice, "noticed"), 10, what="the notice in the gateway")
+            said = (await alice.get("/v1/workloads/noticed/explain")).json()["summary"]
+            assert said.startswith("Preempted with notice: notified at ") and "checkpointing, GPUs free for newcomer by" \
+                in said, said
+            said = (await bob.get("/v1/workloads/newcomer/explain")).json()["summary"]
+            assert said.startswith("Waiting for the GPUs of noticed under notice"), said
+        page = await browser.new_page()
+        await page.goto(f"{stack['gateway'].url}/ui#token=tok-admin")
+        await _open(page, f"{stack['gateway'].url}/ui/cluster", screenshots / "cluster-notice.png")
+        row = page.locator(f'.node-row[data-node="{nodes["noticed"]}"]')
+        marked = row.locator(".gpu.notice[data-workload]")
+        assert await marked.count() == 2
+        assert {await g.get_attribute("data-workload") for g in await marked.all()} == {"noticed"}
+        assert {await g.get_attribute("data-held-for") for g in await marked.all()} == {"newcomer"}
+        assert {await g.get_attribute("data-notice-deadline") for g in await marked.all()} == {str(notice.deadline_ms)}
+        assert "under notice since" in await marked.first.get_attribute("title")
+        held = row.locator(".gpu.free.held")
+        assert await held.count() == 2  # the node's free GPUs, kept for the newcomer meanwhile
+        assert {await g.get_attribute("data-held-for") for g in await held.all()} == {"newcomer"}
+        assert await page.locator("#cluster .gpu.notice").count() == 2  # nothing else is under notice
+        assert await page.locator("#cluster .gpu.held").count() == 2
+        assert "under notice" in await page.locator("#legend-notice").inner_text()
+        assert "held for a preemptor" in await page.locator("#legend-held").inner_text()
+        await page.close()
+    finally:
+        await stack.stop()
+
+
+async def _past_protection(http, wid: str) -> bool:
+    doc = (await http.get(f"/v1/workloads/{wid}")).json()
+    return doc.get("last_event") == "workload.min_runtime_reached"
+
+
+async def _has_notice(http, wid: str) -> bool:
+    return bool((await http.get(f"/v1/workloads/{wid}")).json().get("notice"))

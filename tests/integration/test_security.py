@@ -42,6 +42,13 @@ async def test_hostile_bodies_get_a_4xx_naming_the_field_and_change_nothing(stac
         "a control character in the project": ({**BASE, "project": "alpha/\u000etrain"}, 400, "project"),
         "a NUL in the command line": ({**BASE, "command": ["sh", "-c", "a\u0000b"]}, 400, "command[2]"),
         "a body that is not an object": ([1, 2], 422, "request body"),
+        "a notice above the policy's max_notice (300 s)": ({**BASE, "checkpoint_on_notice_s": 301}, 422,
+                                                           "checkpoint_on_notice_s: 301s is above the policy's "
+                                                           "max_notice of 300s"),
+        "a negative notice": ({**BASE, "checkpoint_on_notice_s": -1}, 422, "$.checkpoint_on_notice_s"),
+        "a notice that is not a number": ({**BASE, "checkpoint_on_notice_s": "90s"}, 422, "$.checkpoint_on_notice_s"),
+        "an infinite checkpoint": ({**BASE, "checkpoint_gb": 1e300}, 422, "$.checkpoint_gb"),
+        "a session flag that is a word": ({**BASE, "suspends_on_notice": "yes"}, 422, "$.suspends_on_notice"),
     }
     async with client(stack, "tok-carol") as http:
         for sentence, (body, status, text) in cases.items():

@@ -3,7 +3,8 @@ gangs, node faults), besides the safety properties of test_properties.py:
 
 P1 (served): after every pass, no leaf within its due share at every level waits with a
 single-node allocated request at the head of its queue while a healthy node's free GPUs plus
-the unallocated work on it would fit that request.
+the unallocated work on it would fit that request (work under notice is promised to its
+preemptor, and work whose checkpoint the storage cannot write now waits: neither counts).
 P2 (no chains, no ping-pong): every fair-share preemption follows its rule by its own numbers
 (tests/invariants.py), and nothing is preempted back and forth.
 """
@@ -46,9 +47,16 @@ def unserved(state: SchedulerState, now_s) -> list[str]:
             key, gpus = q.ordered()[0]
             if gpus > gpn or gpus > room_by_depth(view, state.tree, leaf, fair)[0]:
                 continue
-            if any(n.state == NODE_HEALTHY and n.free + n.unallocated >= gpus for n in pool.nodes):
+            if any(n.state == NODE_HEALTHY and n.free + _takeable_unallocated(state, n) >= gpus for n in pool.nodes):
                 out.append(f"{key[2]} ({leaf}, {gpus} GPUs) at {now_s}")
     return out
+
+
+def _takeable_unallocated(state: SchedulerState, node) -> int:
+    """GPUs of unallocated work on ``node`` a request may take now: not those under notice (promised
+    to their preemptor) nor those whose checkpoint the storage cannot write now (rule "storage")."""
+    return sum(k for wid, k in node.holders.items()
+               if not state.workloads[wid].allocated and state.may_take(state.workloads[wid]))
 
 
 class _CheckedBudget(BudgetPolicy):

@@ -56,6 +56,9 @@ def small_clusters(draw):
     history = draw(st.booleans())
     start = DAY if history else 0
     builder = ScenarioBuilder(duration=start + draw(st.integers(6 * HOUR, 14 * HOUR)), seed=0)
+    # notices: some workloads checkpoint (or suspend) on notice, sometimes through a storage
+    # that cannot write every checkpoint at once
+    builder.checkpoint_bandwidth(draw(st.sampled_from([None, None, 0.5, 2.0])))
     builder.policy(max_min_runtime_s="2h", catch_up=draw(st.sampled_from([0.0, 1.0])),
                    unallocated_headroom=0.0)
     pools = []
@@ -83,7 +86,8 @@ def small_clusters(draw):
             f"w{n}", draw(st.sampled_from(leaves)), gpu_type=gpu_type, gpus=gpus,
             work=draw(st.integers(10 * 60, 10 * HOUR)), submit=start + draw(st.integers(0, 4 * HOUR)),
             min_runtime=draw(st.sampled_from([0, 0, 900, HOUR, 2 * HOUR])), resumable=draw(st.booleans()),
-            checkpoint=draw(st.sampled_from([None, 600])))
+            checkpoint=draw(st.sampled_from([None, 600])), notice=draw(st.sampled_from([None, None, 30, 120])),
+            checkpoint_gb=draw(st.sampled_from([None, 16.0, 200.0])), suspends=draw(st.sampled_from([None, True])))
         n += 1
     return builder.build()
 
@@ -91,9 +95,11 @@ def small_clusters(draw):
 def describe(scenario) -> str:
     """The scenario as a reader can rebuild it (Hypothesis prints only the test's arguments)."""
     lines = [f"pools {scenario.pools}", f"shares {scenario.allocations}",
-             f"catch_up {scenario.policy.catch_up}, duration {scenario.duration_s}"]
+             f"catch_up {scenario.policy.catch_up}, duration {scenario.duration_s}, "
+             f"checkpoint bandwidth {scenario.checkpoint_bandwidth_gbps}"]
     lines += [f"  {w.id} {w.project} {w.gpu_type} gpus={w.gpus} submit={w.submit_s} work={w.work_s} "
-              f"min={w.min_runtime_s} resumable={w.resumable} ckpt={w.checkpoint_interval_s}"
+              f"min={w.min_runtime_s} resumable={w.resumable} ckpt={w.checkpoint_interval_s} "
+              f"notice={w.notice_s} gb={w.checkpoint_size_gb} suspends={w.suspends}"
               for w in scenario.workloads]
     return "\n".join(lines)
 

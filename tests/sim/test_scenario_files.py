@@ -71,10 +71,14 @@ def test_a_good_scenario_loads(tmp_path):
     (line(id="w-3", colour="red"), "colour", "unknown"),
     (line(id="w-3", priority="HIGHEST"), "priority", "urgent"),
     (line(), "id", "duplicate"),
+    (line(id="w-3", checkpoint_on_notice_s=301), "checkpoint_on_notice_s", "max_notice of 300s"),
+    (line(id="w-3", checkpoint_gb=-1.0), "checkpoint_gb", "negative"),
+    (line(id="w-3", suspends_on_notice="yes"), "suspends_on_notice", "bool"),
 ], ids=["an unknown project", "a parent instead of a leaf", "a negative work", "a negative submit time",
         "a malformed line", "a minimum runtime above the cap", "gpus not a multiple of the node size",
         "an unknown GPU type", "a number of the wrong type", "a missing field", "an unknown field",
-        "an unknown priority", "a duplicate id"])
+        "an unknown priority", "a duplicate id", "a notice above max_notice", "a negative checkpoint size",
+        "a suspend that is not true or false"])
 def test_a_bad_trace_line_names_file_line_and_field(tmp_path, bad, field, words):
     path = write(tmp_path, [line(), "", line(id="w-2"), bad, line(id="w-4")])
     with pytest.raises(InputError) as err:
@@ -103,10 +107,14 @@ def scenario_with(old: str, new: str) -> str:
      "policy.unallocated_preemption", 7),
     ('kind = "unhealthy"', 'kind = "sad"', "node_events[0].kind", 18),
     ('duration = "1d"', 'duration = -1', "duration", 2),
+    ('[[pools]]', '[cluster]\ncheckpoint_bandwidth_gbps = -3\n[[pools]]', "cluster.checkpoint_bandwidth_gbps", 8),
+    ('[[pools]]', '[cluster]\nbandwidth = 3\n[[pools]]', "cluster.bandwidth", 8),
+    ('max_min_runtime = "8h"', 'max_min_runtime = "8h"\npreemption_notice = "sometimes"', "policy.preemption_notice", 7),
 ], ids=["an unknown node in a node event", "a negative node count", "a negative share",
         "a child without its parent", "a duration that is not one", "an unknown policy setting",
         "an unknown unallocated_preemption mode",
-        "an unknown node event kind", "a negative duration"])
+        "an unknown node event kind", "a negative duration", "a negative checkpoint bandwidth",
+        "an unknown cluster setting", "a preemption_notice that is not true or false"])
 def test_a_bad_scenario_file_names_file_line_and_field(tmp_path, old, new, field, lineno):
     path = write(tmp_path, [line()], scenario_with(old, new))
     with pytest.raises(InputError) as err:
@@ -114,6 +122,18 @@ def test_a_bad_scenario_file_names_file_line_and_field(tmp_path, old, new, field
     assert Path(err.value.file).name == "scenario.toml"
     assert err.value.field == field
     assert err.value.line == lineno
+
+
+def test_notices_in_the_scenario_file_reach_the_policy_and_the_cluster(tmp_path):
+    text = scenario_with('max_min_runtime = "8h"', 'max_min_runtime = "8h"\nmax_notice = "2m"\n'
+                         'preemption_notice = false').replace("[[pools]]", "[cluster]\ncheckpoint_bandwidth_gbps = 20\n[[pools]]")
+    sc = load_scenario(write(tmp_path, [line(checkpoint_on_notice_s=90, checkpoint_gb=40.0)], text))
+    assert (sc.policy.max_notice_s, sc.policy.preemption_notice) == (120, False)
+    assert sc.cluster().checkpoint_bandwidth_gbps == 20.0
+    assert sc.workloads[0].notice_s == 90 and sc.workloads[0].checkpoint_size_gb == 40.0
+    with pytest.raises(InputError) as err:  # the policy's own cap applies to the trace
+        load_scenario(write(tmp_path, [line(checkpoint_on_notice_s=150)], text))
+    assert err.value.field == "checkpoint_on_notice_s" and err.value.line == 1
 
 
 def test_invalid_toml_is_an_input_error_with_its_line(tmp_path):

@@ -75,6 +75,19 @@ BAD = {
                                        "argument --from: expected 'now', a duration ago like '2d'"),
     "a report range that ends before it starts": (["budget", "report", "--from", "1h", "--to", "2h"],
                                                   "argument --from: must be before --to"),
+    "a notice that is a word": (["submit", "--project", "a/b", "--gpus", "1", "--work", "1h",
+                                 "--checkpoint-on-notice", "soon"], "argument --checkpoint-on-notice: not a duration: 'soon'"),
+    "a negative notice": (["submit", "--project", "a/b", "--gpus", "1", "--work", "1h", "--checkpoint-on-notice", "-90s"],
+                          "argument --checkpoint-on-notice: expected a duration such as 90s or 2min, got '-90s'"),
+    "a checkpoint size that is a word": (["submit", "--project", "a/b", "--gpus", "1", "--work", "1h",
+                                          "--checkpoint-gb", "big"],
+                                         "argument --checkpoint-gb: expected a size in GB (a number >= 0), got 'big'"),
+    "a checkpoint size that is infinite": (["submit", "--project", "a/b", "--gpus", "1", "--work", "1h",
+                                            "--checkpoint-gb", "inf"],
+                                           "argument --checkpoint-gb: expected a size in GB (a number >= 0), got 'inf'"),
+    "a checkpoint interval of zero": (["submit", "--project", "a/b", "--gpus", "1", "--work", "1h",
+                                       "--checkpoint-every", "0"],
+                                      "argument --checkpoint-every: expected a duration of at least 1 second, got '0'"),
     "an empty workload id": (["status", ""], "argument id: expected a name, got ''"),
     "a workload id that is a path step": (["cancel", ".."], "argument id: expected a name, got '..'"),
     "a node name that is a path step": (["nodes", "repair", "."], "argument node: expected a name, got '.'"),
@@ -115,6 +128,41 @@ def test_submit_sends_durations_written_as_people_do_in_seconds(work, seconds, g
     body = json.loads(seen[0].content)
     assert (body["work_s"], body["min_runtime_s"], body["gpus"]) == (seconds, 600, 2)
     assert capsys.readouterr().out.startswith("submitted w-1 (2 x H100 for a/b")
+
+
+def test_status_of_work_under_notice_says_until_when_its_gpus_are_held(gateway, capsys):
+    answers, _ = gateway
+    answers["GET", "/v1/workloads/w-1"] = dict(STATUS, notice={
+        "at_ms": 1796135525000, "deadline_ms": 1796135615000, "by_workload_id": "w-2", "checkpointed_ms": None})
+    assert main(["status", "w-1"]) == 0
+    assert ("  under notice since 2026-12-01 14:32:05Z: checkpointing, GPUs free by 2026-12-01 14:33:35Z at the "
+            "latest (for w-2)\n") in capsys.readouterr().out
+
+
+def test_nodes_say_which_free_gpus_are_held_for_a_preemptor(gateway, capsys):
+    answers, _ = gateway
+    answers["GET", "/v1/nodes"] = {"nodes": [
+        {"name": "H100-000", "gpu_type": "H100", "state": "healthy", "free": 0, "gpus": 4, "workloads": ["v"],
+         "held": {"p": 2}},
+        {"name": "H100-001", "gpu_type": "H100", "state": "healthy", "free": 4, "gpus": 4, "workloads": []}]}
+    assert main(["nodes"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].endswith("v (2 held for p: its victims under notice checkpoint)") and "held" not in out[2]
+
+
+def test_submit_sends_the_notice_fields_only_when_given(gateway, capsys):
+    answers, seen = gateway
+    answers["POST", "/v1/workloads"] = {"workload_id": "w-1", "cluster": "c", "state": "submitted", "replayed": False}
+    assert main(["submit", "--project", "a/b", "--gpus", "8", "--work", "2h", "--resumable",
+                 "--checkpoint-every", "30min", "--checkpoint-on-notice", "90s", "--checkpoint-gb", "40",
+                 "--suspends-on-notice"]) == 0
+    body = json.loads(seen[0].content)
+    assert (body["checkpoint_interval_s"], body["checkpoint_on_notice_s"], body["checkpoint_gb"],
+            body["suspends_on_notice"]) == (1800, 90, 40.0, True)
+    # without them the body is the one sent before notices existed (same Idempotency-Key hash)
+    assert main(["submit", "--project", "a/b", "--gpus", "8", "--work", "2h"]) == 0
+    body = json.loads(seen[1].content)
+    assert not {"checkpoint_interval_s", "checkpoint_on_notice_s", "checkpoint_gb", "suspends_on_notice"} & set(body)
 
 
 STATUS = {"id": "w-1", "state": "running", "gpus": 4, "gpu_type": "H100", "project": "alpha/train", "user": "alice",

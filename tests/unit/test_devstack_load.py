@@ -39,3 +39,15 @@ def test_the_scenarios_bursts_and_lulls_are_kept_in_proportion():
     assert sum(gaps) == pytest.approx(4 * 800 / 16)
     assert gaps[0] == 0 and gaps[2] == pytest.approx(6 * gaps[1])
     assert gaps[3] == pytest.approx((gaps[0] + gaps[1] + gaps[2]) / 3)  # back to the first: an average gap
+
+
+def test_the_demo_submits_the_notice_a_workload_declares_scaled_like_its_other_durations():
+    from timeshare.workload import WorkloadSpec
+
+    noticed = WorkloadSpec(id="t", submit_s=0, project="a/b", gpu_type="H100", gpus=8, work_s=36000,
+                           min_runtime_s=3600, resumable=True, checkpoint_interval_s=1800,
+                           checkpoint_on_notice_s=120, checkpoint_gb=64.0)
+    body = request_of(noticed, 60)
+    assert (body["checkpoint_on_notice_s"], body["checkpoint_gb"]) == (2, 64.0) and "suspends_on_notice" not in body
+    plain = WorkloadSpec(id="p", submit_s=0, project="a/b", gpu_type="H100", gpus=1, work_s=600)
+    assert not {"checkpoint_on_notice_s", "checkpoint_gb", "suspends_on_notice"} & set(request_of(plain, 60))

@@ -106,3 +106,24 @@ def test_unallocated_work_of_a_richer_team_is_room_for_an_unallocated_request():
     assert "free or held by work that may be preempted now" in about["summary"]
     h.schedule(2 * HOUR)
     assert h.state.workloads["b-big"].state == "running" and h.state.workloads["a-eval"].state != "running"
+
+
+def test_a_victim_under_notice_says_when_it_was_notified_and_by_when_its_gpus_are_free():
+    # one node of 8: a's resumable training asks for a 90 s notice; b's request takes it at 14:02
+    h = ScenarioBuilder().pool(nodes=1, gpus_per_node=8).teams(a=1, b=1).harness()
+    h.submit(spec("train", "a", gpus=8, work="10h", resumable=True, checkpoint="30m", notice="90s"), at=0)
+    h.schedule(0)
+    at_s = 14 * HOUR + 2 * 60
+    h.submit(spec("funded", "b", gpus=8, work="2h", min_runtime="1h", submit=at_s))
+    h.schedule(at_s)
+    victim = explain(h.state, "train", at_s + 30)
+    assert victim["state"] == "running" and victim["notice"]["by"] == "funded"
+    assert victim["summary"].startswith("Preempted with notice: notified at 14:02:00, checkpointing, GPUs free "
+                                        "for funded by 14:03:30 at the latest (in 1m; killed then"), victim["summary"]
+    preemptor = explain(h.state, "funded", at_s + 30)
+    assert preemptor["state"] == "awaiting" and preemptor["waiting_for_notice"] == ["train"]
+    assert "Waiting for the GPUs of train under notice on H100-000" in preemptor["summary"]
+    assert "by 14:03:30 at the latest" in preemptor["summary"]
+    h.checkpointed("train", at_s + 40)
+    assert "checkpointed at 14:02:40; its GPUs go for funded in the next pass" in explain(h.state, "train", at_s + 40)[
+        "summary"]

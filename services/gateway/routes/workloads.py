@@ -72,6 +72,7 @@ def router(gw, calls: Calls) -> APIRouter:
         # decoded with msgspec rather than a pydantic body parameter: the hottest endpoint;
         # strict: an unknown field (a typo such as min_runtme_s) is refused, not ignored
         req = limits.decode_submit(await request.body())
+        limits.check_notice(req, gw.config.policy.max_notice_s)
         if idempotency_key:
             wid = req.id or workload_id_for_key(who.user, idempotency_key)
         else:
@@ -81,7 +82,9 @@ def router(gw, calls: Calls) -> APIRouter:
         spec = WorkloadSpec(id=wid, submit_s=now_ms // 1000, project=req.project, gpu_type=req.gpu_type,
                             gpus=req.gpus, work_s=req.work_s, min_runtime_s=req.min_runtime_s,
                             resumable=req.resumable, user=who.user, priority=req.priority, kind=req.kind,
-                            checkpoint_interval_s=req.checkpoint_interval_s, command=req.command)
+                            checkpoint_interval_s=req.checkpoint_interval_s, command=req.command,
+                            checkpoint_on_notice_s=req.checkpoint_on_notice_s, checkpoint_gb=req.checkpoint_gb,
+                            suspends_on_notice=req.suspends_on_notice)
         try:
             check_contract(spec, gw.config.policy.max_min_runtime_s, gw.config.policy.max_notice_s)
             gw.projection.tree.require_leaf(spec.project)

@@ -322,16 +322,24 @@ async function renderCluster(main) {
     // the GPUs share the row's width; a cell shows its GPU, the team and the workload's id's end
     // (the whole id and the rest are in its title and one click away)
     el("div", { class: "gpus", style: `--gpus:${n.gpus.length}` }, n.gpus.map((g) => {
+      if (!g.workload_id && g.held_for) return el("div", { class: "gpu free held", "data-gpu": g.gpu, "data-held-for": g.held_for,
+        title: `${n.name} GPU ${g.gpu}: held for ${g.held_for} (it starts when its victims under notice have checkpointed)` },
+        el("span", { class: "gpu-label" }, `${g.gpu} held`), el("span", { class: "gpu-label" }, `…${g.held_for.slice(-6)}`));
       if (!g.workload_id) return el("div", { class: "gpu free", "data-gpu": g.gpu, title: `${n.name} GPU ${g.gpu}: free` }, `${g.gpu}`);
       used.add(g.project);
-      const mode = g.protected ? "protected" : "preemptible";
-      const why = !g.allocated ? "unallocated: preemptible" : g.protected ? `protected until ${utc(g.protected_until_ms)}` : "past its minimum runtime: preemptible";
+      // under notice: preempted, checkpointing, its GPUs held for the preemptor until the deadline
+      const mode = g.notice ? "notice" : g.protected ? "protected" : "preemptible";
+      const why = g.notice
+        ? `under notice since ${utc(g.notice.at_ms)}: ${g.notice.checkpointed_ms ? "checkpointed" : "checkpointing"}, `
+          + `GPUs free by ${utc(g.notice.deadline_ms)} at the latest, for ${g.notice.by_workload_id || "a preemptor"}`
+        : !g.allocated ? "unallocated: preemptible" : g.protected ? `protected until ${utc(g.protected_until_ms)}` : "past its minimum runtime: preemptible";
       const colour = colourOf(colours, g.project);
       return el("a", { class: `gpu ${mode} ${inkOf(colour)}`, href: `/ui/workloads/${encodeURIComponent(g.workload_id)}`, "data-gpu": g.gpu,
                        "data-workload": g.workload_id, "data-project": g.project, style: `background-color:${colour}`,
+                       ...(g.notice ? { "data-notice-deadline": g.notice.deadline_ms, "data-held-for": g.notice.by_workload_id || "" } : {}),
                        title: `${n.name} GPU ${g.gpu}: ${g.workload_id} (${g.project}, ${g.user}) ${why}` },
         el("span", { class: "gpu-label" }, `${g.gpu} ${g.project.split("/").pop()}`),
-        el("span", { class: "gpu-label" }, `…${g.workload_id.slice(-6)}`));
+        el("span", { class: "gpu-label" }, g.notice ? `notice ${utc(g.notice.deadline_ms).slice(11, 19)}` : `…${g.workload_id.slice(-6)}`));
     }))));
   const busy = c.nodes.reduce((a, n) => a + n.gpus.filter((g) => g.workload_id).length, 0);
   const total = c.nodes.reduce((a, n) => a + n.gpus.length, 0);
@@ -342,6 +350,9 @@ async function renderCluster(main) {
     el("div", { class: "legend", id: "legend" },
       el("span", {}, el("span", { class: "gpu protected", style: "background-color:#667085" }), "protected (inside its minimum runtime)"),
       el("span", {}, el("span", { class: "gpu preemptible", style: "background-color:#667085" }), "preemptible (unallocated, or past its minimum runtime)"),
+      el("span", { id: "legend-notice" }, el("span", { class: "gpu notice", style: "background-color:#667085" }),
+        "under notice (preempted, checkpointing: free by the deadline at the latest, held for its preemptor)"),
+      el("span", { id: "legend-held" }, el("span", { class: "gpu free held" }), "free, held for a preemptor waiting for its victims under notice"),
       Object.keys(colours).filter((p) => tree.nodes[p] && !tree.nodes[p].children.length).sort()
         .map((p) => el("span", { "data-team": p, class: used.has(p) ? "" : "muted" }, swatch(colours[p]), p))),
     el("div", { id: "cluster" }, rows));

@@ -181,3 +181,32 @@ def preemptions_figure(logs: dict[str, RunLog], metrics: dict[str, dict]) -> Fig
     axes[-1].set_xlabel(f"time since start of run ({unit})")
     axes[-1].set_xlim(0, end_s / scale_s)
     return fig
+
+
+def storage_figure(metrics: dict[str, dict]) -> Figure:
+    """The checkpoint storage's demand over time (the highest of each hour, GB/s) per policy,
+    with its peak and the bandwidth when the cluster sets one."""
+    fig = Figure(figsize=(14, 2.8), dpi=100)
+    ax = fig.subplots()
+    fig.subplots_adjust(left=0.06, right=0.83, top=0.88, bottom=0.2)
+    hours = max((len(m["checkpoint_storage"]["hourly_peak_gbps"]) for m in metrics.values()
+                 if "checkpoint_storage" in m), default=1)
+    scale_s, unit = time_axis(hours * HOUR_S)
+    bandwidth = None
+    for policy, m in metrics.items():
+        storage = m.get("checkpoint_storage")
+        if not storage:
+            continue
+        y = np.array(storage["hourly_peak_gbps"], dtype=float)
+        ax.step(np.arange(len(y)) * HOUR_S / scale_s, y, where="post", lw=1,
+                label=f"{policy} (peak {storage['peak_gbps']:.1f} GB/s, {storage['written_gb']:,.0f} GB written)")
+        bandwidth = storage["bandwidth_gbps"] or bandwidth
+    if bandwidth:
+        ax.axhline(bandwidth, color="red", ls="--", lw=1, label=f"bandwidth {bandwidth:g} GB/s")
+    ax.set_ylabel("checkpoint writes (GB/s)", fontsize=8)
+    ax.set_xlabel(f"time since start of run ({unit})", fontsize=8)
+    ax.set_xlim(0, hours * HOUR_S / scale_s)
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.tick_params(labelsize=7)
+    return fig

@@ -183,7 +183,7 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
                 (figures.ratio_figure, (ratio_programs, ctx.at_s, list(ctx.programs), ctx.lookback_window_s)),
                 (figures.waits_figure, (logs, metrics)),
                 (figures.preemptions_figure, (logs, metrics)),
-            ])
+            ] + ([(figures.storage_figure, (metrics,))] if _any_checkpoints(metrics) else []))
         parts.append("<h2>The cluster</h2>")
         parts += [part.cluster_html for part in policy_parts.values()]
         parts += ["<h2>Allocation and delivery</h2>", _DELIVERY_INTRO]
@@ -205,6 +205,12 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
             "reported unhealthy (drained as their work reaches its minimum runtime); red triangles are drains "
             "that needed a human because protected work blocked them beyond the cap; crosses are node "
             "failures."), "fig-preemptions")]
+        if len(shared) > 4:
+            parts += ["<h2>Checkpoint storage</h2>", _figure(shared[4], (
+                "Checkpoints written on notice share the cluster's checkpoint bandwidth: the demand on the "
+                "storage, the highest of each hour (GB/s), per policy; the dashed line is the bandwidth the "
+                "cluster sets (rule \"storage\": no more notices at once than it can write within their "
+                "notices)."), "fig-storage")]
     parts += ["<h2>Teams</h2>", tables.teams_table(metrics)]
     parts.append(f'<p class="settings">rendered in {time.perf_counter() - t_start:.1f} s</p>')
     page = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>timeshare: "
@@ -240,6 +246,10 @@ def _map(pool, fn, arg_tuples: list[tuple]) -> list:
     if pool is None:
         return [fn(*args) for args in arg_tuples]
     return [f.result() for f in [pool.submit(fn, *args) for args in arg_tuples]]
+
+
+def _any_checkpoints(metrics: dict[str, dict]) -> bool:
+    return any(m.get("checkpoint_storage", {}).get("peak_gbps", 0) > 0 for m in metrics.values())
 
 
 def _render(figure_fn, args: tuple) -> str:

@@ -22,9 +22,10 @@ from ..drains import drain_needs_human
 from ..fifo import FifoPolicy
 from ..scheduler import BudgetPolicy
 from ..state import RUNNING, SchedulerState, Workload
-from ..units import Seconds
+from ..units import Seconds, ms_to_s
 from .metrics import MetricsCollector
 from .scenario import NodeEvent, Scenario
+from .storage import CheckpointStorage
 
 
 class Policy(Protocol):
@@ -46,7 +47,11 @@ def _budget_reference() -> Policy:
 #: which decides exactly as "budget" does, only slower (the proof that its caches are safe)
 CHECKS: dict[str, Callable[[], Policy]] = {"budget-reference": _budget_reference}
 
-_COMPLETE, _WAKE, _NODE, _REPAIR, _RESUBMIT = range(5)
+_COMPLETE, _WAKE, _NODE, _REPAIR, _RESUBMIT, _CHECKPOINT = range(6)
+
+
+#: events that end a run (a checkpoint being written stops with it)
+_STOPS = (ev.WorkloadPreempted, ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled)
 
 
 @dataclass
@@ -81,10 +86,27 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
     for ne in scenario.node_events:
         push(ne.at_s, _NODE, ne)
 
+    # checkpoints written on notice, sharing the cluster's checkpoint bandwidth (storage.py)
+    storage = CheckpointStorage(state.cluster.checkpoint_bandwidth_gbps)
+
+    def storage_changed() -> None:
+        nxt = storage.next_finish()
+        if nxt is not None:
+            push(ms_to_s(nxt[0]), _CHECKPOINT, storage.version)
+
     def emit(e: ev.Event) -> None:
         collector.observe(e)
         if on_event is not None:
             on_event(e)
+        if type(e) is ev.WorkloadPreemptionNotice:
+            # the victim writes its checkpoint; a pass is due at its deadline in any case
+            w = state.workloads[e.workload_id]
+            push(ms_to_s(e.deadline_ms), _WAKE, None)
+            storage.add(w.id, w.attempt, w.spec.checkpoint_size_gb, w.spec.notice_s, e.at_ms)
+            storage_changed()
+        elif storage.writers and isinstance(e, _STOPS) and e.workload_id in storage.writers:
+            storage.remove(e.workload_id, e.at_ms)
+            storage_changed()
 
     def apply_all(events: list[ev.Event], now_s: Seconds) -> None:
         for e in events:
@@ -148,6 +170,17 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
                 node = state.cluster.node(payload)
                 if node.state in ("drained", "down"):
                     apply_all([state.node_repaired(payload, now_s)], now_s)
+            elif kind == _CHECKPOINT:
+                if payload == storage.version:  # else the rates changed since: a later entry holds
+                    now_ms = state.ms(now_s)
+                    for wid in sorted(storage.writers):
+                        if storage.finished(wid, now_ms):
+                            w = state.workloads[wid]
+                            storage.remove(wid, now_ms)
+                            if w.notice is not None and w.notice.checkpointed_s is None \
+                                    and now_s <= w.notice.deadline_s:
+                                apply_all([state.checkpointed(wid, now_s)], now_s)
+                    storage_changed()
             elif kind == _RESUBMIT:
                 original = state.workloads[payload]
                 n = resubmits[original.id.split("~")[0]] = resubmits.get(original.id.split("~")[0], 0) + 1
@@ -175,6 +208,12 @@ def run(scenario: Scenario, policy_name: str, on_event: Callable[[ev.Event], Non
         progress(int(now_s - last_progress))
     wall_s = wall_clock() - wall0
     metrics = collector.finish(now_s, wall_s, now_s)
+    metrics["checkpoint_storage"] = {
+        "bandwidth_gbps": state.cluster.checkpoint_bandwidth_gbps,
+        "peak_gbps": round(storage.peak_gbps, 3),
+        "written_gb": round(storage.written_gb, 1),
+        "hourly_peak_gbps": storage.hourly_peak_gbps(state.ms(now_s)),
+    }
     metrics["workloads"]["pending_at_end"] = state.pending_count
     metrics["workloads"]["running_at_end"] = len(state.running)
     metrics["workloads"]["trace"] = n_trace

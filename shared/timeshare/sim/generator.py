@@ -12,6 +12,12 @@ process, optionally with a day/night cycle (``diurnal``), GPU counts drawn from 
 
 ``min_runtime`` is ``"work"`` (the workload's own length, capped), a duration, or a range
 ``[min, max]`` (uniform, capped by the work).
+
+Preemption with notice (none by default): ``checkpoint_on_notice`` is a duration, or a range
+``[min, max]`` spread by GPU count (the class's smallest gang gets min, its largest max,
+log-linear between: larger gangs write larger checkpoints); ``checkpoint_gb_per_gpu`` sizes the
+checkpoint with the GPUs; ``suspends_on_notice`` marks sessions that save their state and resume
+it. They draw no random numbers, so a scenario's workloads stay the same without them.
 """
 
 from __future__ import annotations
@@ -34,7 +40,35 @@ class GeneratorError(ValueError):
 
 
 _CLASS_KEYS = {"kind", "load_share", "gpus", "work", "min_runtime", "resumable", "checkpoint_interval",
-               "priority", "diurnal", "gpu_type", "teams"}
+               "priority", "diurnal", "gpu_type", "teams", "checkpoint_on_notice", "checkpoint_gb_per_gpu",
+               "suspends_on_notice"}
+
+
+def _notice_of(value: Any, field: str, max_notice_s: int) -> Callable[[int, int, int], int] | None:
+    """``checkpoint_on_notice`` -> (gpus, smallest, largest) -> seconds (None: no notice)."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, list):
+            if len(value) != 2:
+                raise ValueError("expected [min, max]")
+            lo_s, hi_s = (parse_duration_s(x) for x in value)
+        else:
+            lo_s = hi_s = parse_duration_s(value)
+    except (TypeError, ValueError) as exc:
+        raise GeneratorError(field, f"expected a duration or [min, max] durations ({exc})") from None
+    if not 0 < lo_s <= hi_s:
+        raise GeneratorError(field, "needs 0 < min <= max")
+    if hi_s > max_notice_s:
+        raise GeneratorError(field, f"{hi_s}s is above the policy's max_notice of {max_notice_s}s")
+
+    def notice_s(gpus: int, smallest: int, largest: int) -> int:
+        if largest <= smallest:
+            return hi_s
+        x = math.log(gpus / smallest) / math.log(largest / smallest)
+        return int(round(lo_s + (hi_s - lo_s) * x))
+
+    return notice_s
 
 
 def _weights(value: Any, field: str, parse: Callable[[Any], Any] | None = None) -> tuple[list, list[float]]:
@@ -102,6 +136,24 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
         ckpt = cls.get("checkpoint_interval")
         ckpt_s = parse_duration_s(ckpt) if ckpt is not None else None
         resumable = bool(cls.get("resumable", False))
+        notice_of = _notice_of(cls.get("checkpoint_on_notice"), f"{where}.checkpoint_on_notice", policy.max_notice_s)
+        gb_per_gpu = cls.get("checkpoint_gb_per_gpu")
+        if gb_per_gpu is not None and (isinstance(gb_per_gpu, bool) or not isinstance(gb_per_gpu, (int, float))
+                                       or gb_per_gpu < 0):
+            raise GeneratorError(f"{where}.checkpoint_gb_per_gpu", f"must be a non-negative number, got {gb_per_gpu!r}")
+        suspends = cls.get("suspends_on_notice")
+        if suspends is not None and not isinstance(suspends, bool):
+            raise GeneratorError(f"{where}.suspends_on_notice", f"must be true or false, got {suspends!r}")
+        notice_fields: dict[int, dict[str, Any]] = {}
+        for g in gpus_list:
+            f: dict[str, Any] = {}
+            if notice_of is not None:
+                f["checkpoint_on_notice_s"] = notice_of(g, min(gpus_list), max(gpus_list))
+            if gb_per_gpu is not None:
+                f["checkpoint_gb"] = float(gb_per_gpu) * g
+            if suspends is not None:
+                f["suspends_on_notice"] = suspends
+            notice_fields[g] = f
         diurnal = float(cls.get("diurnal", 0.0))
         teams = [t for t in leaves if t in cls.get("teams", leaves)]
         weights = {t: tree.nodes[t].fraction * activity[t] for t in teams}
@@ -143,7 +195,7 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
                 out.append(WorkloadSpec(
                     id=f"{short}-{kind}-{n}", submit_s=int(t), project=team, user=f"{short}-u{rng.randrange(10)}",
                     gpu_type=gpu_type, gpus=gpus, work_s=work_s, min_runtime_s=min_rt, resumable=resumable,
-                    priority=priority, kind=kind, checkpoint_interval_s=ckpt_s))
+                    priority=priority, kind=kind, checkpoint_interval_s=ckpt_s, **notice_fields[gpus]))
                 n += 1
     out.sort(key=lambda w: (w.submit_s, w.id))
     return out

@@ -22,6 +22,8 @@ import math
 from collections import defaultdict
 from typing import Any, Callable
 
+from msgspec import UNSET
+
 from .. import events as ev
 from ..rules import runs_allocated
 from ..tree import AllocationTree
@@ -125,6 +127,12 @@ class MetricsCollector:
         self.preemptions = 0
         self.preemptions_by_reason: dict[str, int] = defaultdict(int)
         self.wasted_gpu_s = 0.0
+        self.lost_gpu_s = 0.0
+        self.checkpoint_gpu_s = 0.0
+        self.notices = 0
+        self.after_notice: dict[str, int] = defaultdict(int)
+        self.sessions_preempted = 0
+        self.sessions_state_lost = 0
         self.drains = 0
         self.drains_needing_human = 0
         self.node_failures = 0
@@ -142,7 +150,7 @@ class MetricsCollector:
             ev.WorkloadCompleted: self._completed, ev.WorkloadFailed: self._failed_or_cancelled,
             ev.WorkloadCancelled: self._failed_or_cancelled, ev.NodeUnhealthy: self._node_unhealthy,
             ev.NodeFailed: self._node_failed, ev.NodeDrained: self._node_drained,
-            ev.NodeRepaired: self._node_repaired,
+            ev.NodeRepaired: self._node_repaired, ev.WorkloadPreemptionNotice: self._noticed,
         }
 
     def start(self, t: float, nodes: dict[str, tuple[str, int]]) -> None:
@@ -210,10 +218,23 @@ class MetricsCollector:
         self._stop_running(e.workload_id, t)
         self.preemptions += 1
         self.preemptions_by_reason[e.reason.kind] += 1
-        self.wasted_gpu_s += e.lost_gpu_s
+        # waste = progress lost + GPU time spent writing checkpoints on notice (reported apart)
+        checkpoint_gpu_s = e.checkpoint_gpu_s if e.checkpoint_gpu_s is not UNSET else 0
+        self.wasted_gpu_s += e.lost_gpu_s + checkpoint_gpu_s
+        self.lost_gpu_s += e.lost_gpu_s
+        self.checkpoint_gpu_s += checkpoint_gpu_s
+        if e.checkpointed is not UNSET:
+            self.after_notice[("checkpointed" if e.checkpointed else "killed_at_deadline")] += 1
+        if self.specs[e.workload_id].kind == "interactive":
+            self.sessions_preempted += 1
+            if e.state_saved is not True:
+                self.sessions_state_lost += 1
         if not e.resumable:
             self._end(e.workload_id, t)
             self.ended_other["preempted"] += 1
+
+    def _noticed(self, e: ev.WorkloadPreemptionNotice, t: float) -> None:
+        self.notices += 1
 
     def _requeued(self, e: ev.WorkloadRequeued, t: float) -> None:
         self.requeued_at[e.workload_id] = t
@@ -351,6 +372,14 @@ class MetricsCollector:
             "preemptions": self.preemptions,
             "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
             "wasted_gpu_hours": round(self.wasted_gpu_s / HOUR_S, 3),
+            # its two parts, and per 1,000 GPU-hours delivered; notices given and how they ended;
+            # interactive sessions preempted and those whose state was lost
+            "waste": {"lost_gpu_hours": round(self.lost_gpu_s / HOUR_S, 3),
+                      "checkpoint_gpu_hours": round(self.checkpoint_gpu_s / HOUR_S, 3),
+                      "per_1000_delivered_gpu_hours": round(1000 * self.wasted_gpu_s / self.busy_gpu_s, 3)
+                      if self.busy_gpu_s else 0.0},
+            "notices": {"given": self.notices, **dict(sorted(self.after_notice.items()))},
+            "sessions": {"preempted": self.sessions_preempted, "state_lost": self.sessions_state_lost},
             "teams": teams,
             # funded work only (min runtime > 0 on a budget), asked for and delivered: what the
             # budgets promise, and the target

@@ -13,6 +13,10 @@ reports, each with the events that show it:
   unallocated tier): standings that other starts and ends, or the window, moved may be
   rebalanced;
 * **cascade**: a leaf that lost work to another leaf's request preempts at that same instant;
+* (notices: a decision against a victim that declared a notice is its
+  ``workload.preemption_notice``, the loss its ``workload.preempted``; until then its GPUs are
+  busy, and the free GPUs of its preemptor's nodes that its victims will not bring are held for
+  the preemptor, which is pending no longer);
 * (in both, an allocated request taking unallocated work is what the contract allows at any
   time, and is neither a loss nor a preemption that counts);
 * **not served** (``catch_up = 0``): a pending allocated request stays pending over 60 s while
@@ -56,6 +60,8 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterable
+
+from msgspec import UNSET
 
 from .. import events as ev
 from ..tree import ancestors
@@ -144,10 +150,12 @@ class _Node:
     gpus: int
     healthy: bool = True
     holders: dict[str, int] = field(default_factory=dict)
+    #: free GPUs held for a preemptor awaiting victims under notice
+    held: int = 0
 
     @property
     def free(self) -> int:
-        return self.gpus - sum(self.holders.values())
+        return self.gpus - sum(self.holders.values()) - self.held
 
 
 def _fractions(allocations: dict[str, float]) -> tuple[dict[str, float], dict[str, float], dict[str, str | None]]:
@@ -265,6 +273,10 @@ class Referee:
         self.gang_started_ms: dict[str, int] = {}
         self.started_before: set[str] = set()
         self.gang_waits: list[GangWait] = []
+        #: victims under notice -> their preemptor (None: a drain); preemptors awaiting them ->
+        #: (their nodes, GPUs per node)
+        self.under_notice: dict[str, str | None] = {}
+        self.awaiting: dict[str, tuple[list[str], int]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, events: Iterable[ev.Event], end_s: float | None = None) -> list[Finding]:
@@ -290,7 +302,21 @@ class Referee:
         starts = {e.workload_id: e for e in events if isinstance(e, ev.WorkloadStarted)}
         for e in events:
             self._apply(e, starts)
+        if self.awaiting or any(n.held for n in self.nodes.values()):
+            self._holds()
         self._conditions()
+
+    def _holds(self) -> None:
+        """The GPUs held for each awaiting preemptor: on each of its nodes, what it needs there
+        beyond what its victims under notice will bring, of the GPUs no one holds."""
+        for n in self.nodes.values():
+            n.held = 0
+        for pid in sorted(self.awaiting):
+            names, per_node = self.awaiting[pid]
+            for name in names:
+                n = self.nodes[name]
+                coming = sum(k for wid, k in n.holders.items() if self.under_notice.get(wid, "") == pid)
+                n.held += max(0, min(per_node - coming, n.free))
 
     def _is_allocated_request(self, wid: str, starts: dict[str, ev.WorkloadStarted]) -> bool:
         e = starts.get(wid)
@@ -346,7 +372,10 @@ class Referee:
             self.specs[e.workload.id] = e.workload
             self._pend(e.workload.id, e.workload)
             self.pending_since_ms[e.workload.id] = e.at_ms
+        elif isinstance(e, ev.WorkloadPreemptionNotice):
+            self._noticed(e, starts)
         elif isinstance(e, ev.WorkloadStarted):
+            self.awaiting.pop(e.workload_id, None)
             if e.workload_id in self.pending_gangs:
                 self._gang_started(e)
             self._unpend(e.workload_id)
@@ -368,9 +397,18 @@ class Referee:
         elif isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled)):
             self._unpend(e.workload_id)
             self._stop(e.workload_id)
+            self.under_notice.pop(e.workload_id, None)
+            self.awaiting.pop(e.workload_id, None)
         elif isinstance(e, ev.NodeUnhealthy) or isinstance(e, ev.NodeFailed):
             if e.node in self.nodes:
                 self.nodes[e.node].healthy = False
+            # a preemptor awaiting GPUs there goes back to the queue
+            for pid in sorted(self.awaiting):
+                if e.node in self.awaiting[pid][0]:
+                    del self.awaiting[pid]
+                    spec = self.specs.get(pid)
+                    if spec is not None:
+                        self._pend(pid, spec)
         elif isinstance(e, ev.NodeRepaired):
             if e.node in self.nodes:
                 self.nodes[e.node].healthy = True
@@ -419,23 +457,75 @@ class Referee:
         table = self.alloc if tier == "allocated" else self.total
         return table.get((gpu_type, side), 0)
 
-    def _preempted(self, e: ev.WorkloadPreempted, starts: dict[str, ev.WorkloadStarted]) -> None:
+    def _noticed(self, e: ev.WorkloadPreemptionNotice, starts: dict[str, ev.WorkloadStarted]) -> None:
+        """A decision to preempt a victim with a notice: judged now; it ends at workload.preempted."""
         victim = self.running.get(e.workload_id)
-        reason = e.reason
-        by_id = reason.by_workload_id
-        by_leaf = reason.by_project
         if victim is None:
             return
+        by_id = e.reason.by_workload_id
+        self.under_notice[e.workload_id] = by_id
+        self._decide(e.workload_id, e.event_id, e.at_ms, victim, e.reason, starts)
+        if by_id is not None and e.preemptor_nodes is not UNSET and by_id in self.pending:
+            self._unpend(by_id)
+            nodes = list(e.preemptor_nodes)
+            spec = self.specs[by_id]
+            self.awaiting[by_id] = (nodes, spec.gpus if len(nodes) == 1 else spec.gpus // len(nodes))
+
+    def _preempted(self, e: ev.WorkloadPreempted, starts: dict[str, ev.WorkloadStarted]) -> None:
+        victim = self.running.get(e.workload_id)
+        if victim is None:
+            return
+        if e.workload_id in self.under_notice:
+            # the decision was its notice, judged then; the loss happens now
+            self.under_notice.pop(e.workload_id)
+            self._lost(e, victim, starts)
+            return
+        self._decide(e.workload_id, e.event_id, e.at_ms, victim, e.reason, starts)
+        self._lost(e, victim, starts)
+
+    def _sides(self, victim: _Run, reason: ev.PreemptionReason,
+               starts: dict[str, ev.WorkloadStarted]) -> tuple[bool, int, str, str, str] | None:
+        """(contract, parting depth, taker's side, loser's side, tier) of a decision between two
+        leaves (None: a drain, or a leaf's own work: no promise between two leaves)."""
+        by_id = reason.by_workload_id
+        by_leaf = reason.by_project
         if by_id is None or by_leaf is None or by_leaf == victim.leaf or reason.kind not in (
                 "fair_share", "unallocated"):
-            self._stop(e.workload_id)
-            return  # a drain, or a leaf's own work: no promise between two leaves
+            return None
         by_allocated = self._is_allocated_request(by_id, starts)
         contract = by_allocated and not victim.allocated  # what the contract allows at any time
         d = _parting(by_leaf, victim.leaf)
-        taker_side = "/".join(by_leaf.split("/")[: d + 1])
-        loser_side = "/".join(victim.leaf.split("/")[: d + 1])
-        tier = "allocated" if victim.allocated else "all"
+        return (contract, d, "/".join(by_leaf.split("/")[: d + 1]), "/".join(victim.leaf.split("/")[: d + 1]),
+                "allocated" if victim.allocated else "all")
+
+    def _lost(self, e: ev.WorkloadPreempted, victim: _Run, starts: dict[str, ev.WorkloadStarted]) -> None:
+        """``e``'s victim stops: a loss of its leaf's to another leaf's request, if it was one."""
+        sides = self._sides(victim, e.reason, starts)
+        self._stop(e.workload_id)
+        if sides is None or sides[0]:
+            return
+        _, _, taker_side, loser_side, tier = sides
+        by_id, by_leaf = e.reason.by_workload_id, e.reason.by_project
+        assert by_id is not None and by_leaf is not None  # (sides checked them)
+        self.lost_now[victim.leaf] = e.event_id
+        # the sides' standings right after the exchange (the preemptor starts in this decision)
+        spec = self.specs.get(by_id)
+        g = spec.gpus if spec is not None else 0
+        due = self._due(victim.gpu_type)
+        self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, self._fill(victim.gpu_type, taker_side, tier, due, g),
+                                                   self._fill(victim.gpu_type, loser_side, tier, due), e.event_id)
+
+    def _decide(self, wid: str, event_id: str, at_ms: int, victim: _Run, reason: ev.PreemptionReason,
+                starts: dict[str, ev.WorkloadStarted]) -> None:
+        """Judge a decision to preempt ``victim`` (cascade, take-back, within share taken)."""
+        by_id = reason.by_workload_id
+        by_leaf = reason.by_project
+        sides = self._sides(victim, reason, starts)
+        if sides is None:
+            return
+        assert by_id is not None and by_leaf is not None  # (sides checked them)
+        contract, d, taker_side, loser_side, tier = sides
+        by_allocated = self._is_allocated_request(by_id, starts)
         gpu_type = victim.gpu_type
         if by_id not in self.decision_before:
             self.decision_before[by_id] = dict(self.alloc)
@@ -444,10 +534,10 @@ class Referee:
             lost_to = self.lost_now.get(by_leaf)
             if lost_to is not None:
                 self._find("cascade", f"{by_leaf} lost work at this instant ({lost_to}) and its request "
-                                      f"{by_id} preempts {e.workload_id} of {victim.leaf}", [lost_to, e.event_id])
+                                      f"{by_id} preempts {wid} of {victim.leaf}", [lost_to, event_id])
             # take-back: the victim's leaf had taken this leaf's work within max_min_runtime
             before = self.exchanges.get((by_leaf, victim.leaf))
-            if before is not None and e.at_ms - before[0] <= self.max_min_runtime_ms and before[1] == tier:
+            if before is not None and at_ms - before[0] <= self.max_min_runtime_ms and before[1] == tier:
                 _, _, took_fill_then, lost_fill_then, first_event = before
                 # this time the roles turn: the victim's side took then, the preemptor's side lost;
                 # how far the standings moved since in the first taker's favour (other starts and
@@ -458,7 +548,7 @@ class Referee:
                 h = self.hysteresis if tier == "allocated" else self.unallocated_hysteresis
                 if moved <= h:
                     self._find("take-back", f"{by_leaf} lost work to {victim.leaf} at {before[0] / 1000:.0f}s and "
-                                            f"its request {by_id} takes {e.workload_id} back", [first_event, e.event_id])
+                                            f"its request {by_id} takes {wid} back", [first_event, event_id])
         if self.catch_up_zero and victim.allocated and by_allocated:
             counts = self.decision_before[by_id]
             pool = self.pool_gpus[gpu_type]
@@ -466,19 +556,10 @@ class Referee:
             for p in path[d:]:
                 running = counts.get((gpu_type, p), 0)
                 if running <= self.fraction.get(p, 0) * pool + 1e-9:
-                    self._find("within share taken", f"{e.workload_id} of {victim.leaf} preempted for {by_id} of "
+                    self._find("within share taken", f"{wid} of {victim.leaf} preempted for {by_id} of "
                                                      f"{by_leaf} while {p} ran {running} GPUs, within its fraction "
-                                                     f"({self.fraction.get(p, 0) * pool:.2f})", [e.event_id])
+                                                     f"({self.fraction.get(p, 0) * pool:.2f})", [event_id])
                     break
-        self._stop(e.workload_id)
-        if not contract:
-            self.lost_now[victim.leaf] = e.event_id
-            # the sides' standings right after the exchange (the preemptor starts in this decision)
-            spec = self.specs.get(by_id)
-            g = spec.gpus if spec is not None else 0
-            due = self._due(gpu_type)
-            self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, self._fill(gpu_type, taker_side, tier, due, g),
-                                                       self._fill(gpu_type, loser_side, tier, due), e.event_id)
 
     def _find(self, kind: str, message: str, events: list[str], at_ms: int | None = None) -> None:
         self.findings.append(Finding(kind, (self.now_ms if at_ms is None else at_ms) / 1000, message, events))
@@ -628,8 +709,13 @@ class Referee:
                         key=lambda n: (-n.free, n.name)):
             extra: dict[str, int] = {}
             ok = True
+            if n.held:
+                continue  # held for a preemptor under notice
             for wid in sorted(n.holders):
                 r = self.running[wid]
+                if wid in self.under_notice:
+                    ok = False
+                    break
                 if not r.allocated:
                     continue
                 s = None if r.leaf == leaf else sides(r)
@@ -677,6 +763,8 @@ class Referee:
             """(the victim's levels from the parting down, GPUs) for allocated work that may go;
             ((), n) for unallocated work."""
             r = self.running[wid]
+            if wid in self.under_notice:
+                return None  # its GPUs are promised to its preemptor
             if not r.allocated:
                 return (), r.gpus
             if r.leaf == leaf or (r.protected_until_ms is not None and r.protected_until_ms > self.now_ms):

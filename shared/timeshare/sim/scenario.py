@@ -44,16 +44,20 @@ class Scenario:
     workloads: list[WorkloadSpec]
     source: str = ""
     generator: dict = field(default_factory=dict)
+    #: [cluster] checkpoint_bandwidth_gbps: GB/s that checkpoints written on notice share
+    #: (None: unlimited)
+    checkpoint_bandwidth_gbps: float | None = None
 
     def tree(self) -> AllocationTree:
         return AllocationTree.from_shares(self.allocations)
 
     def cluster(self) -> Cluster:
-        return Cluster(self.pools)
+        return Cluster(self.pools, self.checkpoint_bandwidth_gbps)
 
 
 _POLICY_NUMBERS = ("preemption_hysteresis", "unallocated_hysteresis", "unallocated_headroom", "catch_up")
 _POLICY_DURATIONS = {"lookback_window": "lookback_window_s", "max_min_runtime": "max_min_runtime_s",
+                     "max_notice": "max_notice_s",
                      "resubmit_delay": "resubmit_delay_s", "drain_human_after": "drain_human_after_s"}
 
 
@@ -136,7 +140,8 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
 
 
 def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
-    known = {"name", "duration", "seed", "policy", "pools", "allocations", "node_events", "trace", "generator", "scale"}
+    known = {"name", "duration", "seed", "policy", "pools", "allocations", "node_events", "trace", "generator", "scale",
+             "cluster"}
     for key in data:
         if key not in known:
             raise reader.error(key, f"unknown setting (expected one of {', '.join(sorted(known))})")
@@ -155,7 +160,7 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise reader.error(f"policy.{key}", f"must be a non-negative number, got {value!r}")
             kwargs[key] = float(value)
-        elif key == "gang_reservations":
+        elif key in ("gang_reservations", "preemption_notice"):
             if not isinstance(value, bool):
                 raise reader.error(f"policy.{key}", f"must be true or false, got {value!r}")
             kwargs[key] = value
@@ -165,11 +170,24 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
             kwargs[key] = value
         else:
             raise reader.error(f"policy.{key}", "unknown policy setting "
-                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, *_POLICY_NUMBERS, 'unallocated_preemption', 'gang_reservations']))})")
+                               f"(expected {', '.join(sorted([*_POLICY_DURATIONS, *_POLICY_NUMBERS, 'unallocated_preemption', 'gang_reservations', 'preemption_notice']))})")
     try:
         policy = PolicyConfig(**kwargs).validate()
     except ValueError as exc:
         raise reader.error("policy", str(exc)) from None
+
+    cluster_table = data.get("cluster", {})
+    if not isinstance(cluster_table, dict):
+        raise reader.error("cluster", "must be a table: [cluster] checkpoint_bandwidth_gbps = 20", "[cluster]")
+    for key in cluster_table:
+        if key != "checkpoint_bandwidth_gbps":
+            raise reader.error(f"cluster.{key}", "unknown cluster setting (expected checkpoint_bandwidth_gbps)", key)
+    bandwidth = cluster_table.get("checkpoint_bandwidth_gbps")
+    if bandwidth is not None and (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float))
+                                  or bandwidth <= 0):
+        raise reader.error("cluster.checkpoint_bandwidth_gbps",
+                           f"must be a positive number of GB/s (or absent: unlimited), got {bandwidth!r}",
+                           "checkpoint_bandwidth_gbps")
 
     scale = data.get("scale", {})
     if not isinstance(scale, dict):
@@ -243,7 +261,8 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
         if not trace_path.exists():
             raise reader.error("trace.path", f"no such file: {trace_path}", "path")
         workloads, linenos = load_trace(trace_path)
-        validate_trace(workloads, tree, cluster, policy.max_min_runtime_s, str(trace_path), linenos)
+        validate_trace(workloads, tree, cluster, policy.max_min_runtime_s, str(trace_path), linenos,
+                       policy.max_notice_s)
         source = str(trace_path)
     else:
         assert generator is not None  # exactly one of the two, checked above
@@ -253,12 +272,14 @@ def scenario_from_dict(data: dict, reader: _Reader, base: Path) -> Scenario:
             workloads = generate(generator, tree, cluster, policy, duration_s, seed)
         except GeneratorError as exc:
             raise reader.error(f"generator.{exc.field}", exc.message, exc.field.split(".")[-1].split("[")[0]) from None
-        validate_trace(workloads, tree, cluster, policy.max_min_runtime_s, f"{reader.path} [generator]")
+        validate_trace(workloads, tree, cluster, policy.max_min_runtime_s, f"{reader.path} [generator]",
+                       max_notice_s=policy.max_notice_s)
         source = "generator"
     workloads.sort(key=lambda w: (w.submit_s, w.id))
     return Scenario(name=name, duration_s=duration_s, seed=seed, policy=policy, pools=pools,
                     allocations=dict(allocations), node_events=node_events, workloads=workloads,
-                    source=source, generator=dict(generator or {}))
+                    source=source, generator=dict(generator or {}),
+                    checkpoint_bandwidth_gbps=float(bandwidth) if bandwidth is not None else None)
 
 
 def scaled_projects(tree: AllocationTree, projects: int) -> dict[str, float]:

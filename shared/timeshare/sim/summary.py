@@ -37,6 +37,23 @@ def summary_rows(metrics_by_policy: dict[str, dict]) -> list[tuple[str, list[str
         format_duration_s(m["queue_wait_s"]["requeue"]["p50"]), format_duration_s(m["queue_wait_s"]["requeue"]["p90"])))
     row("preemptions", lambda m: str(m["preemptions"]))
     row("wasted GPU-hours", lambda m: f"{m['wasted_gpu_hours']:.0f}")
+    # its parts (progress lost, checkpoints written on notice), and per 1,000 delivered
+    # (metrics of runs before notices have no "waste")
+    row("  lost + checkpoint", lambda m: "{:.0f} + {:.0f}".format(m["waste"]["lost_gpu_hours"],
+                                                                  m["waste"]["checkpoint_gpu_hours"])
+        if "waste" in m else "-")
+    row("  per 1,000 delivered GPU-hours", lambda m: f"{m['waste']['per_1000_delivered_gpu_hours']:.2f}"
+        if "waste" in m else "-")
+    row("notices (checkpointed / killed)", lambda m: "{} ({} / {})".format(
+        m["notices"]["given"], m["notices"].get("checkpointed", 0), m["notices"].get("killed_at_deadline", 0))
+        if "notices" in m else "-")
+    row("sessions preempted / state lost", lambda m: "{} / {}".format(m["sessions"]["preempted"],
+                                                                       m["sessions"]["state_lost"])
+        if "sessions" in m else "-")
+    row("checkpoint storage peak", lambda m: "{:.1f} GB/s{}".format(
+        m["checkpoint_storage"]["peak_gbps"],
+        f" of {m['checkpoint_storage']['bandwidth_gbps']:g}" if m["checkpoint_storage"]["bandwidth_gbps"] else "")
+        if "checkpoint_storage" in m else "-")
     row("drains needing a human", lambda m: f"{m['drains']['needing_human']}/{m['drains']['total']}")
     row("still pending at end", lambda m: str(m["workloads"]["pending_at_end"]))
     row("wall time", lambda m: f"{m['sim']['wall_s']:.2f}s ({m['sim']['events']} events)")

@@ -9,7 +9,7 @@ import msgspec
 
 from ..cluster import Cluster, PlacementError
 from ..tree import AllocationTree, TreeError
-from ..workload import ContractError, WorkloadSpec, check_contract
+from ..workload import MAX_NOTICE_S, ContractError, WorkloadSpec, check_contract
 from .errors import InputError
 
 _decoder = msgspec.json.Decoder(WorkloadSpec)
@@ -44,13 +44,13 @@ def load_trace(path: Path) -> tuple[list[WorkloadSpec], list[int]]:
 
 
 def validate_trace(specs: list[WorkloadSpec], tree: AllocationTree, cluster: Cluster, max_min_runtime_s: int,
-                   file: str, linenos: list[int] | None = None) -> None:
+                   file: str, linenos: list[int] | None = None, max_notice_s: int = MAX_NOTICE_S) -> None:
     """Check every workload against the tree, the pools and the contract before anything runs."""
     seen: set[str] = set()
     for i, spec in enumerate(specs):
         line = linenos[i] if linenos else i + 1
         try:
-            check_contract(spec, max_min_runtime_s)
+            check_contract(spec, max_min_runtime_s, max_notice_s)
         except ContractError as exc:
             raise InputError(file, line, exc.field, exc.message) from None
         try:
