@@ -112,7 +112,7 @@ async def _forged_checkpoints_are_refused(stack) -> None:
     assert len(await log_events(executor.bus, cluster)) == before
     # and the log with its notices, checkpoints and awaiting starts is one a new leader accepts
     # record by record (placement's check), rebuilding the leader's state
-    from services.placement.service import check_replayable
+    from services.placement.log import check_replayable
     from services.placement.view import digest
     from timeshare.state import SchedulerState
 
