@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..common import healthz, subjects
+from ..common import healthz, payload, subjects
 from ..common.auth import Caller
 from ..common.broker import NatsRouter
 from ..common.commands import BudgetRemove, BudgetSet
@@ -27,18 +27,18 @@ def router(service, cluster: str) -> NatsRouter:
     @r.subscriber(subjects.cmd_subject(cluster, "budget.set"), title="budget.set",
                   description="change shares; reply: changed + fractions once in the log, or error + status")
     async def budget_set(cmd: BudgetSet) -> dict:
-        return await service.change(_caller(cmd.caller), cmd.shares, cmd.reason, cmd.request_id)
+        return payload.answer(await service.change(_caller(cmd.caller), cmd.shares, cmd.reason, cmd.request_id))
 
     @r.subscriber(subjects.cmd_subject(cluster, "budget.remove"), title="budget.remove",
                   description="retire a node and its subtree once no pending or running work is charged below "
                               "it; reply: removed paths, or error + status (403, 404, 409 naming the busy leaves)")
     async def budget_remove(cmd: BudgetRemove) -> dict:
-        return await service.remove(_caller(cmd.caller), cmd.path, cmd.reason, cmd.request_id)
+        return payload.answer(await service.remove(_caller(cmd.caller), cmd.path, cmd.reason, cmd.request_id))
 
     @r.subscriber(subjects.query_subject(cluster, "budget.history"), title="budget.history",
                   description="every budget change (who, old, new, why) and the current shares")
     async def budget_history() -> dict:
-        return await service.history()
+        return payload.answer(await service.history())  # (every change's whole share maps: large)
 
     @r.subscriber(healthz.subject(cluster, "budget"), title="healthz.budget")
     async def health() -> dict:
