@@ -30,6 +30,7 @@ class BaselinePolicy:
     name = "baseline"
 
     def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
+        state.pass_now_s = now_s
         out = state.expire_protection(now_s)
         # notices: the old scheduler honours them too when the policy gives them (a fair
         # comparison); a preemptor waiting for its victims starts as it would have at once

@@ -88,6 +88,7 @@ class BudgetPolicy:
         self.explain_rejected = explain_rejected
 
     def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
+        state.pass_now_s = now_s
         out = state.expire_protection(now_s)
         # victims under notice that checkpointed or reached their deadline end now, and their
         # preemptors start on the GPUs held for them (state.py, "notices")

@@ -172,6 +172,9 @@ class SchedulerState:
         #: a pass that held a preemption back under "no cascade" asks for another pass at this
         #: time (the simulator wakes then; the live placement's timer runs one anyway)
         self.retry_at_s: Seconds | None = None
+        #: the time of the pass that is deciding (set by the policy as a pass begins): work it
+        #: started at this very time has nothing to checkpoint (gives_notice)
+        self.pass_now_s: Seconds | None = None
         self.last_event_ms = 0
         #: completions first, live: work whose minimum runtime covers all its remaining work is
         #: protected this much longer, so that the moment it ends by itself is not also the
@@ -190,6 +193,8 @@ class SchedulerState:
     def __setstate__(self, d: dict) -> None:
         """Unpickle, also a snapshot taken before notices existed."""
         self.__dict__.update(d)
+        if "pass_now_s" not in d:
+            self.pass_now_s = None
         if "notices" not in d:
             self.notices, self.awaiting, self.storage_seq, self._writing_gbps = {}, {}, 0, 0.0
             for w in self.workloads.values():
@@ -350,9 +355,13 @@ class SchedulerState:
         """Whether preempting ``w`` starts with a notice: the policy gives notices, ``w`` declared
         a checkpoint time, it is not under notice already, and it keeps something by it
         (resumable work its progress, a session that suspends its state; anything else would
-        only hold its GPUs longer to lose the same)."""
-        return self.config.preemption_notice and w.notice is None and w.spec.notice_s > 0 \
-            and (w.resumable or w.spec.suspends)
+        only hold its GPUs longer to lose the same). Resumable work that the deciding pass itself
+        started (it resumed from its checkpoint this instant) has no progress to save: it is
+        preempted at once, losing nothing, and its GPUs go to the preemptor without a wait."""
+        if not (self.config.preemption_notice and w.notice is None and w.spec.notice_s > 0
+                and (w.resumable or w.spec.suspends)):
+            return False
+        return not (w.resumable and w.state == RUNNING and w.run_start_s == self.pass_now_s)
 
     @staticmethod
     def demand_gbps(w: Workload) -> float:
