@@ -230,3 +230,51 @@ def test_the_referee_reports_an_entitled_gang_left_waiting_past_the_longest_prot
               and not (isinstance(e, ev.WorkloadStarted) and e.workload_id.startswith("b") and e.at_ms > 0)]
     starved = [f for f in check(scenario, forged, run.result.end_s) if f.kind == "gang starved"]
     assert [f.at_s for f in starved] == [HOUR + 2 * HOUR + 60]
+
+
+# -- notices: a decision is judged against the standings with every decided move counted as done ---
+
+def _exchange_then_a_notice(notice: int | None) -> ScenarioBuilder:
+    """b's unallocated ub1 takes a's ua1 (1 h); b's allocated bb1 then takes a's ua2 (90 m, the
+    contract), with a notice when ``notice``; during it (30 s later) a's ua3 takes ub1: b runs
+    bb1 and ub1 against a's nothing once the decided move lands, so this is no take-back."""
+    builder = _two_teams()
+    builder.workload("ua1", "a", gpus=4, work="10h", resumable=True, checkpoint="10m")
+    builder.workload("ua2", "a", gpus=4, work="10h", resumable=True, notice=notice,
+                     checkpoint="10m" if notice is None else None)
+    builder.workload("ub1", "b", gpus=4, work="10h", submit=HOUR)
+    builder.workload("bb1", "b", gpus=4, work="10h", submit=90 * 60, min_runtime="15m", resumable=True)
+    builder.workload("ua3", "a", gpus=4, work="10h", submit=90 * 60 + 30)
+    return builder
+
+
+def test_a_preemptor_awaiting_its_victims_under_notice_counts_in_the_standings_a_later_decision_is_judged_by():
+    for notice in (None, 120):
+        scenario = _exchange_then_a_notice(notice).build()
+        run, findings = refereed(scenario)
+        # the shape: the same decisions with or without the notice, only the move of ua2 waits
+        decisions = [(e.at_ms // 1000, type(e).__name__, e.workload_id, e.reason.by_workload_id)
+                     for e in run.events if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice))]
+        if notice is None:  # a's pending ua1 takes ub1 back at once, in the pass after bb1's start
+            assert decisions == [(HOUR, "WorkloadPreempted", "ua1", "ub1"),
+                                 (5400, "WorkloadPreempted", "ua2", "bb1"),
+                                 (5400, "WorkloadPreempted", "ub1", "ua1")]
+        else:  # the next full pass is ua3's, while ua2 writes its checkpoint
+            assert decisions == [(HOUR, "WorkloadPreempted", "ua1", "ub1"),
+                                 (5400, "WorkloadPreemptionNotice", "ua2", "bb1"),
+                                 (5430, "WorkloadPreempted", "ub1", "ua3"),
+                                 (5520, "WorkloadPreempted", "ua2", "bb1")]
+        assert findings == [], f"notice={notice}: " + "\n".join(str(f) for f in findings)
+
+
+def test_the_referee_reports_a_take_back_made_by_a_notice():
+    scenario = _two_teams().build()
+    log = (_Log().submit(0, "a1", "a", 8).start(0, "a1", "a", list(range(8)))
+           .submit(HOUR, "b1", "b", 8).preempt(HOUR, "a1", "b1", "b").start(HOUR, "b1", "b", list(range(8))))
+    # an hour later a notifies b1 for its a1, with nothing else changed: the decision is the take-back
+    reason = ev.PreemptionReason(kind="fair_share", by_workload_id="a1", by_project="a")
+    log.events.append(ev.WorkloadPreemptionNotice(event_id="n1", at_ms=2 * HOUR * 1000, workload_id="b1",
+                                                  reason=reason, deadline_ms=(2 * HOUR + 120) * 1000,
+                                                  preemptor_nodes=["H100-000"]))
+    findings = [f for f in check(scenario, log.events, 3 * HOUR) if f.kind == "take-back"]
+    assert [(f.at_s, f.events) for f in findings] == [(2 * HOUR, ["x3", "n1"])]

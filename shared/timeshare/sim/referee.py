@@ -16,7 +16,9 @@ reports, each with the events that show it:
 * (notices: a decision against a victim that declared a notice is its
   ``workload.preemption_notice``, the loss its ``workload.preempted``; until then its GPUs are
   busy, and the free GPUs of its preemptor's nodes that its victims will not bring are held for
-  the preemptor, which is pending no longer);
+  the preemptor, which is pending no longer; the standings a take-back is judged by count every
+  decided move as done, as the design's view does: a victim under notice runs no more, its
+  awaiting preemptor runs already);
 * (in both, an allocated request taking unallocated work is what the contract allows at any
   time, and is neither a loss nor a preemption that counts);
 * **not served** (``catch_up = 0``): a pending allocated request stays pending over 60 s while
@@ -454,8 +456,22 @@ class Referee:
         return r
 
     def _side_counts(self, gpu_type: str, side: str, tier: str) -> int:
+        """The GPUs ``side`` runs in ``tier`` with every decided move counted as done (the design,
+        "notices": a victim under notice runs no more, an awaiting preemptor runs already), as
+        the rules' view counts them: a decision and its move are one step of the standings."""
         table = self.alloc if tier == "allocated" else self.total
-        return table.get((gpu_type, side), 0)
+        n = table.get((gpu_type, side), 0)
+        for wid in self.under_notice:
+            r = self.running.get(wid)
+            if r is not None and r.gpu_type == gpu_type and (tier != "allocated" or r.allocated) \
+                    and side in ancestors(r.leaf):
+                n -= r.gpus
+        for wid in self.awaiting:
+            spec = self.specs.get(wid)
+            if spec is not None and spec.gpu_type == gpu_type and (
+                    tier != "allocated" or self._allocated_spec(spec)) and side in ancestors(spec.project):
+                n += spec.gpus
+        return n
 
     def _noticed(self, e: ev.WorkloadPreemptionNotice, starts: dict[str, ev.WorkloadStarted]) -> None:
         """A decision to preempt a victim with a notice: judged now; it ends at workload.preempted."""
@@ -463,8 +479,9 @@ class Referee:
         if victim is None:
             return
         by_id = e.reason.by_workload_id
-        self.under_notice[e.workload_id] = by_id
+        # judged as a preemption without notice is: with its victim still running
         self._decide(e.workload_id, e.event_id, e.at_ms, victim, e.reason, starts)
+        self.under_notice[e.workload_id] = by_id
         if by_id is not None and e.preemptor_nodes is not UNSET and by_id in self.pending:
             self._unpend(by_id)
             nodes = list(e.preemptor_nodes)
@@ -508,9 +525,10 @@ class Referee:
         by_id, by_leaf = e.reason.by_workload_id, e.reason.by_project
         assert by_id is not None and by_leaf is not None  # (sides checked them)
         self.lost_now[victim.leaf] = e.event_id
-        # the sides' standings right after the exchange (the preemptor starts in this decision)
+        # the sides' standings right after the exchange (the preemptor starts in this decision;
+        # one awaiting its victims under notice is counted already: _side_counts)
         spec = self.specs.get(by_id)
-        g = spec.gpus if spec is not None else 0
+        g = spec.gpus if spec is not None and by_id not in self.awaiting else 0
         due = self._due(victim.gpu_type)
         self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, self._fill(victim.gpu_type, taker_side, tier, due, g),
                                                    self._fill(victim.gpu_type, loser_side, tier, due), e.event_id)
