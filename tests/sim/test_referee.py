@@ -267,6 +267,32 @@ def test_a_preemptor_awaiting_its_victims_under_notice_counts_in_the_standings_a
         assert findings == [], f"notice={notice}: " + "\n".join(str(f) for f in findings)
 
 
+def test_an_exchange_under_notice_stands_as_decided_and_what_moves_before_its_loss_moves_the_standings():
+    # b's ub1 takes a's ua1 (1 h; a notice when ``notice``), leaving a and b level; 30 s later b's
+    # allocated bb1 takes a's ua2 (the contract): b runs twice its due share, a nothing, and a's
+    # ua1 takes ub1 as soon as it may (rule "no cascade" holds it 30 s after its loss): no take-back
+    for notice in (None, 120):
+        builder = _two_teams()
+        builder.workload("ua1", "a", gpus=4, work="10h", resumable=True, notice=notice,
+                         checkpoint="10m" if notice is None else None)
+        builder.workload("ua2", "a", gpus=4, work="10h")
+        builder.workload("ub1", "b", gpus=4, work="10h", submit=HOUR)
+        builder.workload("bb1", "b", gpus=4, work="10h", submit=HOUR + 30, min_runtime="15m", resumable=True)
+        scenario = builder.build()
+        run, findings = refereed(scenario)
+        decisions = [(e.at_ms // 1000, type(e).__name__, e.workload_id, e.reason.by_workload_id)
+                     for e in run.events if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice))]
+        if notice is None:  # b's own ub1 is bb1's cheapest victim
+            assert decisions == [(HOUR, "WorkloadPreempted", "ua1", "ub1"),
+                                 (HOUR + 30, "WorkloadPreempted", "ub1", "bb1")]
+        else:  # ub1 awaits ua1's checkpoint: bb1 takes ua2, and b's standing rises before ua1's loss
+            assert decisions == [(HOUR, "WorkloadPreemptionNotice", "ua1", "ub1"),
+                                 (HOUR + 30, "WorkloadPreempted", "ua2", "bb1"),
+                                 (HOUR + 120, "WorkloadPreempted", "ua1", "ub1"),
+                                 (HOUR + 150, "WorkloadPreempted", "ub1", "ua1")]
+        assert findings == [], f"notice={notice}: " + "\n".join(str(f) for f in findings)
+
+
 def test_the_referee_reports_a_take_back_made_by_a_notice():
     scenario = _two_teams().build()
     log = (_Log().submit(0, "a1", "a", 8).start(0, "a1", "a", list(range(8)))

@@ -18,7 +18,8 @@ reports, each with the events that show it:
   busy, and the free GPUs of its preemptor's nodes that its victims will not bring are held for
   the preemptor, which is pending no longer; the standings a take-back is judged by count every
   decided move as done, as the design's view does: a victim under notice runs no more, its
-  awaiting preemptor runs already);
+  awaiting preemptor runs already; an exchange's standings are those right after its decision,
+  so what moves while its victim writes its checkpoint moves the standings since);
 * (in both, an allocated request taking unallocated work is what the contract allows at any
   time, and is neither a loss nor a preemption that counts);
 * **not served** (``catch_up = 0``): a pending allocated request stays pending over 60 s while
@@ -279,6 +280,9 @@ class Referee:
         #: (their nodes, GPUs per node)
         self.under_notice: dict[str, str | None] = {}
         self.awaiting: dict[str, tuple[list[str], int]] = {}
+        #: victims under notice -> the standings (taker's fill, loser's fill) right after the
+        #: decision, for the exchange their loss records
+        self.noticed_standings: dict[str, tuple[float, float]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, events: Iterable[ev.Event], end_s: float | None = None) -> list[Finding]:
@@ -400,6 +404,7 @@ class Referee:
             self._unpend(e.workload_id)
             self._stop(e.workload_id)
             self.under_notice.pop(e.workload_id, None)
+            self.noticed_standings.pop(e.workload_id, None)
             self.awaiting.pop(e.workload_id, None)
         elif isinstance(e, ev.NodeUnhealthy) or isinstance(e, ev.NodeFailed):
             if e.node in self.nodes:
@@ -487,6 +492,25 @@ class Referee:
             nodes = list(e.preemptor_nodes)
             spec = self.specs[by_id]
             self.awaiting[by_id] = (nodes, spec.gpus if len(nodes) == 1 else spec.gpus // len(nodes))
+        sides = self._sides(victim, e.reason, starts)
+        if sides is not None and not sides[0]:
+            # the exchange's standings are the decision's (its move counted as done): other
+            # moves before the loss move the standings since, as they would after it
+            assert by_id is not None and e.reason.by_project is not None  # (sides checked them)
+            standings = self._standings(victim, by_id, sides)
+            self.noticed_standings[e.workload_id] = standings
+            self.exchanges[(victim.leaf, e.reason.by_project)] = (e.at_ms, sides[4], *standings, e.event_id)
+
+    def _standings(self, victim: _Run, by_id: str, sides: tuple[bool, int, str, str, str]) -> tuple[float, float]:
+        """The taker's and the loser's fills right after a decision between them, every decided
+        move counted as done (the preemptor starts in this decision, or awaits its victims under
+        notice and is counted already: _side_counts)."""
+        _, _, taker_side, loser_side, tier = sides
+        spec = self.specs.get(by_id)
+        g = spec.gpus if spec is not None and by_id not in self.awaiting else 0
+        due = self._due(victim.gpu_type)
+        return (self._fill(victim.gpu_type, taker_side, tier, due, g),
+                self._fill(victim.gpu_type, loser_side, tier, due))
 
     def _preempted(self, e: ev.WorkloadPreempted, starts: dict[str, ev.WorkloadStarted]) -> None:
         victim = self.running.get(e.workload_id)
@@ -521,17 +545,15 @@ class Referee:
         self._stop(e.workload_id)
         if sides is None or sides[0]:
             return
-        _, _, taker_side, loser_side, tier = sides
+        tier = sides[4]
         by_id, by_leaf = e.reason.by_workload_id, e.reason.by_project
         assert by_id is not None and by_leaf is not None  # (sides checked them)
         self.lost_now[victim.leaf] = e.event_id
-        # the sides' standings right after the exchange (the preemptor starts in this decision;
-        # one awaiting its victims under notice is counted already: _side_counts)
-        spec = self.specs.get(by_id)
-        g = spec.gpus if spec is not None and by_id not in self.awaiting else 0
-        due = self._due(victim.gpu_type)
-        self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, self._fill(victim.gpu_type, taker_side, tier, due, g),
-                                                   self._fill(victim.gpu_type, loser_side, tier, due), e.event_id)
+        # the sides' standings right after the exchange: those of its notice, if it had one
+        standings = self.noticed_standings.pop(e.workload_id, None)
+        if standings is None:
+            standings = self._standings(victim, by_id, sides)
+        self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, *standings, e.event_id)
 
     def _decide(self, wid: str, event_id: str, at_ms: int, victim: _Run, reason: ev.PreemptionReason,
                 starts: dict[str, ev.WorkloadStarted]) -> None:
