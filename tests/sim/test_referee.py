@@ -293,6 +293,26 @@ def test_an_exchange_under_notice_stands_as_decided_and_what_moves_before_its_lo
         assert findings == [], f"notice={notice}: " + "\n".join(str(f) for f in findings)
 
 
+def test_work_is_taken_within_its_share_only_if_its_subtree_runs_within_it_once_decided_moves_land():
+    # a's allocated w3 takes a's own w2 under notice (a will run w1 and w3: 6 of its due 4); b's
+    # w4 then takes w1 while w2 still writes its checkpoint: a ran 2 allocated GPUs, but its
+    # decided 6 are above its share, and a ends level with b (the one rule)
+    builder = _two_teams().policy(unallocated_headroom=0.0)
+    builder.workload("w0", "a", gpus=2, work="1h", submit=30, resumable=True)
+    builder.workload("w1", "a", gpus=2, work="1h", submit=60, resumable=True, min_runtime="15m")
+    builder.workload("w2", "a", gpus=2, work="1h", submit=1800, resumable=True, notice=120)
+    builder.workload("w3", "a", gpus=4, work="1h", submit=1830, resumable=True, min_runtime="15m")
+    builder.workload("w4", "b", gpus=4, work="1h", submit=1860, resumable=True, min_runtime="15m")
+    run, findings = refereed(builder.build())
+    decisions = [(e.at_ms // 1000, type(e).__name__, e.workload_id, e.reason.by_workload_id, e.reason.kind)
+                 for e in run.events if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice))]
+    assert decisions == [(1830, "WorkloadPreemptionNotice", "w2", "w3", "unallocated"),
+                         (1860, "WorkloadPreempted", "w0", "w4", "unallocated"),
+                         (1860, "WorkloadPreempted", "w1", "w4", "fair_share"),
+                         (1950, "WorkloadPreempted", "w2", "w3", "unallocated")]
+    assert findings == [], "\n".join(str(f) for f in findings)
+
+
 def test_the_referee_reports_a_take_back_made_by_a_notice():
     scenario = _two_teams().build()
     log = (_Log().submit(0, "a1", "a", 8).start(0, "a1", "a", list(range(8)))

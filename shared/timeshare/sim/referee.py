@@ -40,7 +40,8 @@ reports, each with the events that show it:
   request (a swap that would only reverse who is richer is no promise);
 * **within share taken** (``catch_up = 0``): allocated work is preempted for another leaf's
   allocated request while some subtree from where their paths part down to the victim's leaf
-  ran at most its fraction of the pool just before the decision;
+  ran at most its fraction of the pool just before the decision (decided moves counted as
+  done, as for a take-back);
 * **gang starved** (``catch_up = 0``): a pending allocated whole-node gang stays *entitled*
   for over ``max_min_runtime`` plus one pass (60 s) without starting, while no other allocated
   gang of its pool started (a pool's reservation serves one gang at a time: each start gives
@@ -466,17 +467,24 @@ class Referee:
         the rules' view counts them: a decision and its move are one step of the standings."""
         table = self.alloc if tier == "allocated" else self.total
         n = table.get((gpu_type, side), 0)
+        for (t, p), k in self._decided_moves(tier):
+            if t == gpu_type and p == side:
+                n += k
+        return n
+
+    def _decided_moves(self, tier: str) -> Iterable[tuple[tuple[str, str], int]]:
+        """Per (GPU type, subtree) on the way, the GPUs decided moves not yet made change in
+        ``tier``: minus each victim under notice, plus each preemptor awaiting its victims."""
         for wid in self.under_notice:
             r = self.running.get(wid)
-            if r is not None and r.gpu_type == gpu_type and (tier != "allocated" or r.allocated) \
-                    and side in ancestors(r.leaf):
-                n -= r.gpus
+            if r is not None and (tier != "allocated" or r.allocated):
+                for p in ancestors(r.leaf):
+                    yield (r.gpu_type, p), -r.gpus
         for wid in self.awaiting:
             spec = self.specs.get(wid)
-            if spec is not None and spec.gpu_type == gpu_type and (
-                    tier != "allocated" or self._allocated_spec(spec)) and side in ancestors(spec.project):
-                n += spec.gpus
-        return n
+            if spec is not None and (tier != "allocated" or self._allocated_spec(spec)):
+                for p in ancestors(spec.project):
+                    yield (spec.gpu_type, p), spec.gpus
 
     def _noticed(self, e: ev.WorkloadPreemptionNotice, starts: dict[str, ev.WorkloadStarted]) -> None:
         """A decision to preempt a victim with a notice: judged now; it ends at workload.preempted."""
@@ -568,7 +576,11 @@ class Referee:
         by_allocated = self._is_allocated_request(by_id, starts)
         gpu_type = victim.gpu_type
         if by_id not in self.decision_before:
-            self.decision_before[by_id] = dict(self.alloc)
+            # what each subtree runs, every decided move counted as done (as for a take-back)
+            counts = dict(self.alloc)
+            for key, k in self._decided_moves("allocated"):
+                counts[key] = counts.get(key, 0) + k
+            self.decision_before[by_id] = counts
         if not contract:
             # cascade: the preemptor's leaf lost work to another leaf at this instant
             lost_to = self.lost_now.get(by_leaf)
