@@ -70,6 +70,10 @@ def small_clusters(draw):
     for path, share in shares.items():
         builder.team(path, share)
     leaves = leaves_of(shares)
+    # bursts: submissions 30-90 s after the previous one, so that passes fall while a victim
+    # writes its checkpoint under notice (a notice lasts 30-120 s)
+    bursts = draw(st.booleans())
+    at = start
     n = 0
     if history:  # a day of steady use by some leaves: the window remembers it
         for _ in range(draw(st.integers(1, 4))):
@@ -80,11 +84,13 @@ def small_clusters(draw):
                              checkpoint=1800)
             n += 1
     for _ in range(draw(st.integers(2, 10))):
+        at = at + draw(st.sampled_from([30, 60, 90])) if bursts and draw(st.booleans()) \
+            else start + draw(st.integers(0, 4 * HOUR))
         gpu_type, nodes, gpn = draw(st.sampled_from(pools))
         gpus = draw(st.sampled_from([1, 2, gpn // 2, gpn] + ([2 * gpn] if nodes >= 2 else [])))
         builder.workload(
             f"w{n}", draw(st.sampled_from(leaves)), gpu_type=gpu_type, gpus=gpus,
-            work=draw(st.integers(10 * 60, 10 * HOUR)), submit=start + draw(st.integers(0, 4 * HOUR)),
+            work=draw(st.integers(10 * 60, 10 * HOUR)), submit=at,
             min_runtime=draw(st.sampled_from([0, 0, 900, HOUR, 2 * HOUR])), resumable=draw(st.booleans()),
             checkpoint=draw(st.sampled_from([None, 600])), notice=draw(st.sampled_from([None, None, 30, 120])),
             checkpoint_gb=draw(st.sampled_from([None, 16.0, 200.0])), suspends=draw(st.sampled_from([None, True])))
@@ -117,6 +123,38 @@ def refereed(scenario):
 def test_the_referee_finds_no_broken_promise_on_random_small_clusters(scenario):
     _, findings = refereed(scenario)
     assert findings == [], "\n".join(str(f) for f in findings) + "\n" + describe(scenario)
+
+
+@st.composite
+def notice_bursts(draw):
+    """Two or three equal teams on one or two 8-GPU nodes, mostly unallocated work that takes a
+    120 s notice, submitted in bursts 30-90 s apart: decisions fall while victims write their
+    checkpoints (the shapes in which a notice's wait could hide or fake a take-back)."""
+    builder = ScenarioBuilder(duration=6 * HOUR, seed=0)
+    builder.policy(max_min_runtime_s="2h", catch_up=0.0, unallocated_headroom=0.0)
+    builder.pool("H100", draw(st.integers(1, 2)), 8)
+    teams = ["a", "b", "c"][: draw(st.integers(2, 3))]
+    for team in teams:
+        builder.team(team, 1)
+    at = 0
+    for i in range(draw(st.integers(3, 10))):
+        at = at + draw(st.sampled_from([30, 60, 90])) if draw(st.sampled_from([True, True, False])) \
+            else draw(st.integers(0, 6)) * 1800
+        builder.workload(f"w{i}", draw(st.sampled_from(teams)), gpus=draw(st.sampled_from([2, 4, 8])),
+                         work=draw(st.integers(HOUR, 10 * HOUR)), submit=at,
+                         min_runtime=draw(st.sampled_from([0, 0, 900])), resumable=True,
+                         checkpoint=draw(st.sampled_from([None, 600])), notice=draw(st.sampled_from([None, 120, 120])))
+    return builder.build()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(notice_bursts())
+def test_the_referee_finds_no_take_back_or_cascade_on_bursts_of_work_under_notice(scenario):
+    # the decisions a notice's wait could make look wrong (or hide): take-back, cascade, work
+    # taken within its share; the waiting findings are the test above's
+    _, findings = refereed(scenario)
+    decisions = [f for f in findings if f.kind in ("take-back", "cascade", "within share taken")]
+    assert decisions == [], "\n".join(str(f) for f in decisions) + "\n" + describe(scenario)
 
 
 # -- the referee can fail: each kind of finding, shown on a log that breaks it ---------------------
