@@ -70,6 +70,10 @@ def small_clusters(draw):
     for path, share in shares.items():
         builder.team(path, share)
     leaves = leaves_of(shares)
+    # bursts: submissions 30-90 s after the previous one, so that passes fall while a victim
+    # writes its checkpoint under notice (a notice lasts 30-120 s)
+    bursts = draw(st.booleans())
+    at = start
     n = 0
     if history:  # a day of steady use by some leaves: the window remembers it
         for _ in range(draw(st.integers(1, 4))):
@@ -80,11 +84,13 @@ def small_clusters(draw):
                              checkpoint=1800)
             n += 1
     for _ in range(draw(st.integers(2, 10))):
+        at = at + draw(st.sampled_from([30, 60, 90])) if bursts and draw(st.booleans()) \
+            else start + draw(st.integers(0, 4 * HOUR))
         gpu_type, nodes, gpn = draw(st.sampled_from(pools))
         gpus = draw(st.sampled_from([1, 2, gpn // 2, gpn] + ([2 * gpn] if nodes >= 2 else [])))
         builder.workload(
             f"w{n}", draw(st.sampled_from(leaves)), gpu_type=gpu_type, gpus=gpus,
-            work=draw(st.integers(10 * 60, 10 * HOUR)), submit=start + draw(st.integers(0, 4 * HOUR)),
+            work=draw(st.integers(10 * 60, 10 * HOUR)), submit=at,
             min_runtime=draw(st.sampled_from([0, 0, 900, HOUR, 2 * HOUR])), resumable=draw(st.booleans()),
             checkpoint=draw(st.sampled_from([None, 600])), notice=draw(st.sampled_from([None, None, 30, 120])),
             checkpoint_gb=draw(st.sampled_from([None, 16.0, 200.0])), suspends=draw(st.sampled_from([None, True])))
@@ -117,6 +123,38 @@ def refereed(scenario):
 def test_the_referee_finds_no_broken_promise_on_random_small_clusters(scenario):
     _, findings = refereed(scenario)
     assert findings == [], "\n".join(str(f) for f in findings) + "\n" + describe(scenario)
+
+
+@st.composite
+def notice_bursts(draw):
+    """Two or three equal teams on one or two 8-GPU nodes, mostly unallocated work that takes a
+    120 s notice, submitted in bursts 30-90 s apart: decisions fall while victims write their
+    checkpoints (the shapes in which a notice's wait could hide or fake a take-back)."""
+    builder = ScenarioBuilder(duration=6 * HOUR, seed=0)
+    builder.policy(max_min_runtime_s="2h", catch_up=0.0, unallocated_headroom=0.0)
+    builder.pool("H100", draw(st.integers(1, 2)), 8)
+    teams = ["a", "b", "c"][: draw(st.integers(2, 3))]
+    for team in teams:
+        builder.team(team, 1)
+    at = 0
+    for i in range(draw(st.integers(3, 10))):
+        at = at + draw(st.sampled_from([30, 60, 90])) if draw(st.sampled_from([True, True, False])) \
+            else draw(st.integers(0, 6)) * 1800
+        builder.workload(f"w{i}", draw(st.sampled_from(teams)), gpus=draw(st.sampled_from([2, 4, 8])),
+                         work=draw(st.integers(HOUR, 10 * HOUR)), submit=at,
+                         min_runtime=draw(st.sampled_from([0, 0, 900])), resumable=True,
+                         checkpoint=draw(st.sampled_from([None, 600])), notice=draw(st.sampled_from([None, 120, 120])))
+    return builder.build()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(notice_bursts())
+def test_the_referee_finds_no_take_back_or_cascade_on_bursts_of_work_under_notice(scenario):
+    # the decisions a notice's wait could make look wrong (or hide): take-back, cascade, work
+    # taken within its share; the waiting findings are the test above's
+    _, findings = refereed(scenario)
+    decisions = [f for f in findings if f.kind in ("take-back", "cascade", "within share taken")]
+    assert decisions == [], "\n".join(str(f) for f in decisions) + "\n" + describe(scenario)
 
 
 # -- the referee can fail: each kind of finding, shown on a log that breaks it ---------------------
@@ -230,3 +268,97 @@ def test_the_referee_reports_an_entitled_gang_left_waiting_past_the_longest_prot
               and not (isinstance(e, ev.WorkloadStarted) and e.workload_id.startswith("b") and e.at_ms > 0)]
     starved = [f for f in check(scenario, forged, run.result.end_s) if f.kind == "gang starved"]
     assert [f.at_s for f in starved] == [HOUR + 2 * HOUR + 60]
+
+
+# -- notices: a decision is judged against the standings with every decided move counted as done ---
+
+def _exchange_then_a_notice(notice: int | None) -> ScenarioBuilder:
+    """b's unallocated ub1 takes a's ua1 (1 h); b's allocated bb1 then takes a's ua2 (90 m, the
+    contract), with a notice when ``notice``; during it (30 s later) a's ua3 takes ub1: b runs
+    bb1 and ub1 against a's nothing once the decided move lands, so this is no take-back."""
+    builder = _two_teams()
+    builder.workload("ua1", "a", gpus=4, work="10h", resumable=True, checkpoint="10m")
+    builder.workload("ua2", "a", gpus=4, work="10h", resumable=True, notice=notice,
+                     checkpoint="10m" if notice is None else None)
+    builder.workload("ub1", "b", gpus=4, work="10h", submit=HOUR)
+    builder.workload("bb1", "b", gpus=4, work="10h", submit=90 * 60, min_runtime="15m", resumable=True)
+    builder.workload("ua3", "a", gpus=4, work="10h", submit=90 * 60 + 30)
+    return builder
+
+
+def test_a_preemptor_awaiting_its_victims_under_notice_counts_in_the_standings_a_later_decision_is_judged_by():
+    for notice in (None, 120):
+        scenario = _exchange_then_a_notice(notice).build()
+        run, findings = refereed(scenario)
+        # the shape: the same decisions with or without the notice, only the move of ua2 waits
+        decisions = [(e.at_ms // 1000, type(e).__name__, e.workload_id, e.reason.by_workload_id)
+                     for e in run.events if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice))]
+        if notice is None:  # a's pending ua1 takes ub1 back at once, in the pass after bb1's start
+            assert decisions == [(HOUR, "WorkloadPreempted", "ua1", "ub1"),
+                                 (5400, "WorkloadPreempted", "ua2", "bb1"),
+                                 (5400, "WorkloadPreempted", "ub1", "ua1")]
+        else:  # the next full pass is ua3's, while ua2 writes its checkpoint
+            assert decisions == [(HOUR, "WorkloadPreempted", "ua1", "ub1"),
+                                 (5400, "WorkloadPreemptionNotice", "ua2", "bb1"),
+                                 (5430, "WorkloadPreempted", "ub1", "ua3"),
+                                 (5520, "WorkloadPreempted", "ua2", "bb1")]
+        assert findings == [], f"notice={notice}: " + "\n".join(str(f) for f in findings)
+
+
+def test_an_exchange_under_notice_stands_as_decided_and_what_moves_before_its_loss_moves_the_standings():
+    # b's ub1 takes a's ua1 (1 h; a notice when ``notice``), leaving a and b level; 30 s later b's
+    # allocated bb1 takes a's ua2 (the contract): b runs twice its due share, a nothing, and a's
+    # ua1 takes ub1 as soon as it may (rule "no cascade" holds it 30 s after its loss): no take-back
+    for notice in (None, 120):
+        builder = _two_teams()
+        builder.workload("ua1", "a", gpus=4, work="10h", resumable=True, notice=notice,
+                         checkpoint="10m" if notice is None else None)
+        builder.workload("ua2", "a", gpus=4, work="10h")
+        builder.workload("ub1", "b", gpus=4, work="10h", submit=HOUR)
+        builder.workload("bb1", "b", gpus=4, work="10h", submit=HOUR + 30, min_runtime="15m", resumable=True)
+        scenario = builder.build()
+        run, findings = refereed(scenario)
+        decisions = [(e.at_ms // 1000, type(e).__name__, e.workload_id, e.reason.by_workload_id)
+                     for e in run.events if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice))]
+        if notice is None:  # b's own ub1 is bb1's cheapest victim
+            assert decisions == [(HOUR, "WorkloadPreempted", "ua1", "ub1"),
+                                 (HOUR + 30, "WorkloadPreempted", "ub1", "bb1")]
+        else:  # ub1 awaits ua1's checkpoint: bb1 takes ua2, and b's standing rises before ua1's loss
+            assert decisions == [(HOUR, "WorkloadPreemptionNotice", "ua1", "ub1"),
+                                 (HOUR + 30, "WorkloadPreempted", "ua2", "bb1"),
+                                 (HOUR + 120, "WorkloadPreempted", "ua1", "ub1"),
+                                 (HOUR + 150, "WorkloadPreempted", "ub1", "ua1")]
+        assert findings == [], f"notice={notice}: " + "\n".join(str(f) for f in findings)
+
+
+def test_work_is_taken_within_its_share_only_if_its_subtree_runs_within_it_once_decided_moves_land():
+    # a's allocated w3 takes a's own w2 under notice (a will run w1 and w3: 6 of its due 4); b's
+    # w4 then takes w1 while w2 still writes its checkpoint: a ran 2 allocated GPUs, but its
+    # decided 6 are above its share, and a ends level with b (the one rule)
+    builder = _two_teams().policy(unallocated_headroom=0.0)
+    builder.workload("w0", "a", gpus=2, work="1h", submit=30, resumable=True)
+    builder.workload("w1", "a", gpus=2, work="1h", submit=60, resumable=True, min_runtime="15m")
+    builder.workload("w2", "a", gpus=2, work="1h", submit=1800, resumable=True, notice=120)
+    builder.workload("w3", "a", gpus=4, work="1h", submit=1830, resumable=True, min_runtime="15m")
+    builder.workload("w4", "b", gpus=4, work="1h", submit=1860, resumable=True, min_runtime="15m")
+    run, findings = refereed(builder.build())
+    decisions = [(e.at_ms // 1000, type(e).__name__, e.workload_id, e.reason.by_workload_id, e.reason.kind)
+                 for e in run.events if isinstance(e, (ev.WorkloadPreempted, ev.WorkloadPreemptionNotice))]
+    assert decisions == [(1830, "WorkloadPreemptionNotice", "w2", "w3", "unallocated"),
+                         (1860, "WorkloadPreempted", "w0", "w4", "unallocated"),
+                         (1860, "WorkloadPreempted", "w1", "w4", "fair_share"),
+                         (1950, "WorkloadPreempted", "w2", "w3", "unallocated")]
+    assert findings == [], "\n".join(str(f) for f in findings)
+
+
+def test_the_referee_reports_a_take_back_made_by_a_notice():
+    scenario = _two_teams().build()
+    log = (_Log().submit(0, "a1", "a", 8).start(0, "a1", "a", list(range(8)))
+           .submit(HOUR, "b1", "b", 8).preempt(HOUR, "a1", "b1", "b").start(HOUR, "b1", "b", list(range(8))))
+    # an hour later a notifies b1 for its a1, with nothing else changed: the decision is the take-back
+    reason = ev.PreemptionReason(kind="fair_share", by_workload_id="a1", by_project="a")
+    log.events.append(ev.WorkloadPreemptionNotice(event_id="n1", at_ms=2 * HOUR * 1000, workload_id="b1",
+                                                  reason=reason, deadline_ms=(2 * HOUR + 120) * 1000,
+                                                  preemptor_nodes=["H100-000"]))
+    findings = [f for f in check(scenario, log.events, 3 * HOUR) if f.kind == "take-back"]
+    assert [(f.at_s, f.events) for f in findings] == [(2 * HOUR, ["x3", "n1"])]

@@ -16,7 +16,10 @@ reports, each with the events that show it:
 * (notices: a decision against a victim that declared a notice is its
   ``workload.preemption_notice``, the loss its ``workload.preempted``; until then its GPUs are
   busy, and the free GPUs of its preemptor's nodes that its victims will not bring are held for
-  the preemptor, which is pending no longer);
+  the preemptor, which is pending no longer; the standings a take-back is judged by count every
+  decided move as done, as the design's view does: a victim under notice runs no more, its
+  awaiting preemptor runs already; an exchange's standings are those right after its decision,
+  so what moves while its victim writes its checkpoint moves the standings since);
 * (in both, an allocated request taking unallocated work is what the contract allows at any
   time, and is neither a loss nor a preemption that counts);
 * **not served** (``catch_up = 0``): a pending allocated request stays pending over 60 s while
@@ -37,7 +40,8 @@ reports, each with the events that show it:
   request (a swap that would only reverse who is richer is no promise);
 * **within share taken** (``catch_up = 0``): allocated work is preempted for another leaf's
   allocated request while some subtree from where their paths part down to the victim's leaf
-  ran at most its fraction of the pool just before the decision;
+  ran at most its fraction of the pool just before the decision (decided moves counted as
+  done, as for a take-back);
 * **gang starved** (``catch_up = 0``): a pending allocated whole-node gang stays *entitled*
   for over ``max_min_runtime`` plus one pass (60 s) without starting, while no other allocated
   gang of its pool started (a pool's reservation serves one gang at a time: each start gives
@@ -277,6 +281,9 @@ class Referee:
         #: (their nodes, GPUs per node)
         self.under_notice: dict[str, str | None] = {}
         self.awaiting: dict[str, tuple[list[str], int]] = {}
+        #: victims under notice -> the standings (taker's fill, loser's fill) right after the
+        #: decision, for the exchange their loss records
+        self.noticed_standings: dict[str, tuple[float, float]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, events: Iterable[ev.Event], end_s: float | None = None) -> list[Finding]:
@@ -398,6 +405,7 @@ class Referee:
             self._unpend(e.workload_id)
             self._stop(e.workload_id)
             self.under_notice.pop(e.workload_id, None)
+            self.noticed_standings.pop(e.workload_id, None)
             self.awaiting.pop(e.workload_id, None)
         elif isinstance(e, ev.NodeUnhealthy) or isinstance(e, ev.NodeFailed):
             if e.node in self.nodes:
@@ -454,8 +462,29 @@ class Referee:
         return r
 
     def _side_counts(self, gpu_type: str, side: str, tier: str) -> int:
+        """The GPUs ``side`` runs in ``tier`` with every decided move counted as done (the design,
+        "notices": a victim under notice runs no more, an awaiting preemptor runs already), as
+        the rules' view counts them: a decision and its move are one step of the standings."""
         table = self.alloc if tier == "allocated" else self.total
-        return table.get((gpu_type, side), 0)
+        n = table.get((gpu_type, side), 0)
+        for (t, p), k in self._decided_moves(tier):
+            if t == gpu_type and p == side:
+                n += k
+        return n
+
+    def _decided_moves(self, tier: str) -> Iterable[tuple[tuple[str, str], int]]:
+        """Per (GPU type, subtree) on the way, the GPUs decided moves not yet made change in
+        ``tier``: minus each victim under notice, plus each preemptor awaiting its victims."""
+        for wid in self.under_notice:
+            r = self.running.get(wid)
+            if r is not None and (tier != "allocated" or r.allocated):
+                for p in ancestors(r.leaf):
+                    yield (r.gpu_type, p), -r.gpus
+        for wid in self.awaiting:
+            spec = self.specs.get(wid)
+            if spec is not None and (tier != "allocated" or self._allocated_spec(spec)):
+                for p in ancestors(spec.project):
+                    yield (spec.gpu_type, p), spec.gpus
 
     def _noticed(self, e: ev.WorkloadPreemptionNotice, starts: dict[str, ev.WorkloadStarted]) -> None:
         """A decision to preempt a victim with a notice: judged now; it ends at workload.preempted."""
@@ -463,13 +492,33 @@ class Referee:
         if victim is None:
             return
         by_id = e.reason.by_workload_id
-        self.under_notice[e.workload_id] = by_id
+        # judged as a preemption without notice is: with its victim still running
         self._decide(e.workload_id, e.event_id, e.at_ms, victim, e.reason, starts)
+        self.under_notice[e.workload_id] = by_id
         if by_id is not None and e.preemptor_nodes is not UNSET and by_id in self.pending:
             self._unpend(by_id)
             nodes = list(e.preemptor_nodes)
             spec = self.specs[by_id]
             self.awaiting[by_id] = (nodes, spec.gpus if len(nodes) == 1 else spec.gpus // len(nodes))
+        sides = self._sides(victim, e.reason, starts)
+        if sides is not None and not sides[0]:
+            # the exchange's standings are the decision's (its move counted as done): other
+            # moves before the loss move the standings since, as they would after it
+            assert by_id is not None and e.reason.by_project is not None  # (sides checked them)
+            standings = self._standings(victim, by_id, sides)
+            self.noticed_standings[e.workload_id] = standings
+            self.exchanges[(victim.leaf, e.reason.by_project)] = (e.at_ms, sides[4], *standings, e.event_id)
+
+    def _standings(self, victim: _Run, by_id: str, sides: tuple[bool, int, str, str, str]) -> tuple[float, float]:
+        """The taker's and the loser's fills right after a decision between them, every decided
+        move counted as done (the preemptor starts in this decision, or awaits its victims under
+        notice and is counted already: _side_counts)."""
+        _, _, taker_side, loser_side, tier = sides
+        spec = self.specs.get(by_id)
+        g = spec.gpus if spec is not None and by_id not in self.awaiting else 0
+        due = self._due(victim.gpu_type)
+        return (self._fill(victim.gpu_type, taker_side, tier, due, g),
+                self._fill(victim.gpu_type, loser_side, tier, due))
 
     def _preempted(self, e: ev.WorkloadPreempted, starts: dict[str, ev.WorkloadStarted]) -> None:
         victim = self.running.get(e.workload_id)
@@ -504,16 +553,15 @@ class Referee:
         self._stop(e.workload_id)
         if sides is None or sides[0]:
             return
-        _, _, taker_side, loser_side, tier = sides
+        tier = sides[4]
         by_id, by_leaf = e.reason.by_workload_id, e.reason.by_project
         assert by_id is not None and by_leaf is not None  # (sides checked them)
         self.lost_now[victim.leaf] = e.event_id
-        # the sides' standings right after the exchange (the preemptor starts in this decision)
-        spec = self.specs.get(by_id)
-        g = spec.gpus if spec is not None else 0
-        due = self._due(victim.gpu_type)
-        self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, self._fill(victim.gpu_type, taker_side, tier, due, g),
-                                                   self._fill(victim.gpu_type, loser_side, tier, due), e.event_id)
+        # the sides' standings right after the exchange: those of its notice, if it had one
+        standings = self.noticed_standings.pop(e.workload_id, None)
+        if standings is None:
+            standings = self._standings(victim, by_id, sides)
+        self.exchanges[(victim.leaf, by_leaf)] = (e.at_ms, tier, *standings, e.event_id)
 
     def _decide(self, wid: str, event_id: str, at_ms: int, victim: _Run, reason: ev.PreemptionReason,
                 starts: dict[str, ev.WorkloadStarted]) -> None:
@@ -528,7 +576,11 @@ class Referee:
         by_allocated = self._is_allocated_request(by_id, starts)
         gpu_type = victim.gpu_type
         if by_id not in self.decision_before:
-            self.decision_before[by_id] = dict(self.alloc)
+            # what each subtree runs, every decided move counted as done (as for a take-back)
+            counts = dict(self.alloc)
+            for key, k in self._decided_moves("allocated"):
+                counts[key] = counts.get(key, 0) + k
+            self.decision_before[by_id] = counts
         if not contract:
             # cascade: the preemptor's leaf lost work to another leaf at this instant
             lost_to = self.lost_now.get(by_leaf)
