@@ -105,9 +105,11 @@ class BudgetPolicy:
             for _ in range(_MAX_PASSES_PER_INSTANT):
                 if not state.pending_by_pool[gpu_type]:
                     break
+                state.pass_again = False
                 made = _schedule_pool(state, pool, now_s, cached, self.explain_rejected)
                 out += made
-                if not any(isinstance(e, ev.WorkloadPreempted) for e in made):
+                # (and one that gave allocated work beyond a due share GPUs: see _Pass.grew_beyond)
+                if not state.pass_again and not any(isinstance(e, ev.WorkloadPreempted) for e in made):
                     break
                 state.pass_seq.pop(gpu_type, None)  # the pass that follows is a full one
         state.tree_changed = False
@@ -220,7 +222,8 @@ class _Pass:
     """One pass over one pool: what every phase reads, and the rules' helpers bound to it."""
 
     __slots__ = ("state", "pool", "now_s", "now_ms", "cached", "queues", "view", "out", "statement", "fair",
-                 "hysteresis", "reservation", "active", "headroom_gpus", "explain_rejected", "held_back")
+                 "hysteresis", "reservation", "active", "headroom_gpus", "explain_rejected", "held_back",
+                 "grew_beyond")
 
     def __init__(self, state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool,
                  queues: dict[tuple[str, str, str], LeafQueue], explain_rejected: bool = False):
@@ -232,6 +235,11 @@ class _Pass:
         self.queues = queues
         #: whether rule "no cascade" held a preemption back in this pass
         self.held_back = False
+        #: allocated work beyond a due share started in phase 4: the fills moved, so a request
+        #: within its due share that found no victim in phase 3 may find one now; another full
+        #: pass follows at once (whether one failed is not asked: the caches skip some failures
+        #: the rules would also refuse, and which passes run must not depend on them)
+        self.grew_beyond = False
         #: whether each preemption's reason lists the candidates it did not take (rejected.py)
         self.explain_rejected = explain_rejected
         config = state.config
@@ -302,6 +310,7 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     _phase3_within_due_shares(p)
     _phase4_everything_else(p)
     state.pass_seq[pool.gpu_type] = pool.change_seq
+    state.pass_again = p.grew_beyond
     if p.held_back:
         # rule "no cascade" held a preemption back: a full pass looks again a little later
         state.pass_seq.pop(pool.gpu_type, None)
@@ -560,6 +569,7 @@ def _phase4_everything_else(p: _Pass) -> None:
         nodes = pool.find_free(gpus, exclude) if gpus <= spare else None
         if nodes is not None:
             statement.start(w, nodes)
+            p.grew_beyond = p.grew_beyond or allocated
             leaf = None
             continue
         failed_key = (leaf, w.queue_class)
@@ -601,6 +611,7 @@ def _phase4_everything_else(p: _Pass) -> None:
             reasons.append(with_rejected(reason, spared))
             view.charge(v.leaf, -v.gpus, v.allocated)  # the next reason sees this one gone
         statement.take(w, nodes, victims, reasons, charged=True)
+        p.grew_beyond = p.grew_beyond or allocated
         leaf = None
 
 
