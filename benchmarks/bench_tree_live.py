@@ -33,26 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "shared"), str(ROOT)]
 
-CLUSTER_FILE = """
-name = "tree"
-[policy]
-lookback_window = "7d"
-max_min_runtime = "8h"
-[[pools]]
-gpu_type = "H100"
-nodes = 128
-gpus_per_node = 8
-rack_size = 16
-[allocations]
-"""
-TOKENS = {"bench": {"user": "bench", "admin": True}}
+import bench_live  # noqa: E402  (benchmarks/, next to this script: its services and token)
+from bench_scale import loop_cpu_s  # noqa: E402
 
-
-def loop_cpu_s() -> float:
-    t = time.process_time()
-    for _ in range(10_000_000):
-        pass
-    return time.process_time() - t
+#: bench_live's 128-node H100 cluster under another name; the tree is appended
+CLUSTER_FILE = bench_live.CLUSTER_FILE.replace('name = "bench"', 'name = "tree"')
+TOKENS = bench_live.TOKENS
 
 
 def tree(fanout: list[int]) -> dict[str, float]:

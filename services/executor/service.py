@@ -324,11 +324,17 @@ class Executor:
                                   cluster=self.cluster, workload_id=r.workload_id,
                                   reason=reason or f"exit code {exit_code}", exit_code=exit_code,
                                   attempt=r.attempt)
-        # a lost connection is retried until it comes back (the id dedups a repeat); the report
-        # is dropped only when the workload was stopped meanwhile or the executor stops
         span = self.tracer.start_span(f"executor {ev.event_type(e)}", context=r.trace_ctx, attributes={
             "timeshare.workload_id": r.workload_id, "timeshare.cluster": self.cluster, "timeshare.attempt": r.attempt,
             "timeshare.exit_code": -1 if exit_code is None else exit_code})
+        if not await self._propose_report(r, e, span):
+            r.stopping = False
+
+    async def _propose_report(self, r: Running, e: ev.Event, span) -> bool:
+        """Propose a report of ``r`` (an end, a checkpoint) until it is in placement's inbox;
+        ends ``span``. A lost connection is retried until it comes back (the id dedups a
+        repeat); the report is dropped only when the workload was stopped meanwhile or the
+        executor stops. True when it was proposed."""
         try:
             async for attempt in AsyncRetrying(
                     retry=retry_if_exception(is_transient), reraise=True,
@@ -339,9 +345,10 @@ class Executor:
                 with attempt, trace.use_span(span):  # the proposal carries the workload's trace
                     await self.bus.propose(e)
             self.reported += 1
+            return True
         except Exception as exc:
             log.error("could not report %s: %s", e.event_id, exc)
-            r.stopping = False
+            return False
         finally:
             span.end()
 
@@ -425,20 +432,7 @@ class Executor:
                                     cluster=self.cluster, workload_id=r.workload_id, attempt=r.attempt)
         span = self.tracer.start_span("executor workload.checkpointed", context=r.trace_ctx, attributes={
             "timeshare.workload_id": r.workload_id, "timeshare.cluster": self.cluster, "timeshare.attempt": r.attempt})
-        try:
-            async for attempt in AsyncRetrying(
-                    retry=retry_if_exception(is_transient), reraise=True,
-                    wait=wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1),
-                    stop=lambda _s: self.stop_event.is_set() or self.running.get(r.workload_id) is not r,
-                    before_sleep=lambda rs: log.warning("report %s: %s; retrying", e.event_id,
-                                                        rs.outcome.exception())):
-                with attempt, trace.use_span(span):
-                    await self.bus.propose(e)
-            self.reported += 1
-        except Exception as exc:
-            log.error("could not report %s: %s", e.event_id, exc)
-        finally:
-            span.end()
+        await self._propose_report(r, e, span)
 
     # -- manual clock -----------------------------------------------------------------------
     async def wait_for_seq(self, seq: int, timeout_s: float = 10.0) -> None:

@@ -105,11 +105,10 @@ class BudgetPolicy:
             for _ in range(_MAX_PASSES_PER_INSTANT):
                 if not state.pending_by_pool[gpu_type]:
                     break
-                state.pass_again = False
-                made = _schedule_pool(state, pool, now_s, cached, self.explain_rejected)
+                made, again = _schedule_pool(state, pool, now_s, cached, self.explain_rejected)
                 out += made
                 # (and one that gave allocated work beyond a due share GPUs: see _Pass.grew_beyond)
-                if not state.pass_again and not any(isinstance(e, ev.WorkloadPreempted) for e in made):
+                if not again and not any(isinstance(e, ev.WorkloadPreempted) for e in made):
                     break
                 state.pass_seq.pop(gpu_type, None)  # the pass that follows is a full one
         state.tree_changed = False
@@ -295,12 +294,13 @@ class _Pass:
 
 
 def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool = True,
-                   explain_rejected: bool = False) -> list[ev.Event]:
+                   explain_rejected: bool = False) -> tuple[list[ev.Event], bool]:
     """One pass over one pool, in numbered phases (1 and 2 run for the whole cluster first, in
-    BudgetPolicy.schedule)."""
+    BudgetPolicy.schedule): its events, and whether another pass should follow at once
+    (``_Pass.grew_beyond``)."""
     found = _requests(state, pool, now_s)
     if found is None:
-        return []
+        return [], False
     queues, any_allocated = found
     p = _Pass(state, pool, now_s, cached, queues, explain_rejected)
     # over all pending work: the most deserving gang's nodes (reservation.py); only allocated
@@ -310,14 +310,13 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
     _phase3_within_due_shares(p)
     _phase4_everything_else(p)
     state.pass_seq[pool.gpu_type] = pool.change_seq
-    state.pass_again = p.grew_beyond
     if p.held_back:
         # rule "no cascade" held a preemption back: a full pass looks again a little later
         state.pass_seq.pop(pool.gpu_type, None)
         retry = now_s + NO_CASCADE_RETRY_S
         if state.retry_at_s is None or retry < state.retry_at_s:
             state.retry_at_s = retry
-    return p.out
+    return p.out, p.grew_beyond
 
 
 def _requests(state: SchedulerState, pool: Pool,

@@ -175,8 +175,6 @@ class SchedulerState:
         #: the time of the pass that is deciding (set by the policy as a pass begins): work it
         #: started at this very time has nothing to checkpoint (gives_notice)
         self.pass_now_s: Seconds | None = None
-        #: set by a pass that wants another at the same instant (scheduler._Pass.grew_beyond)
-        self.pass_again = False
         self.last_event_ms = 0
         #: completions first, live: work whose minimum runtime covers all its remaining work is
         #: protected this much longer, so that the moment it ends by itself is not also the
@@ -196,7 +194,7 @@ class SchedulerState:
         """Unpickle, also a snapshot taken before notices existed."""
         self.__dict__.update(d)
         if "pass_now_s" not in d:
-            self.pass_now_s, self.pass_again = None, False
+            self.pass_now_s = None
         if "notices" not in d:
             self.notices, self.awaiting, self.storage_seq, self._writing_gbps = {}, {}, 0, 0.0
             for w in self.workloads.values():
