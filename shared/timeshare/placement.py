@@ -20,7 +20,7 @@ nothing; the caller applies the preemptions and the start.
 from __future__ import annotations
 
 import math
-
+from itertools import combinations
 from typing import Callable
 
 from .cluster import Node, Pool
@@ -29,6 +29,10 @@ from .state import SchedulerState, Workload
 from .units import Seconds
 
 _FREE = (-1,)
+
+#: the most victims on one node whose every set is tried when a cap turns the cheapest ones down
+#: (2^10 sets; an 8-GPU node holds at most 8 workloads; beyond it the greedy choice stands)
+MAX_VICTIMS_TRIED_IN_SETS = 10
 
 
 def find_victims(
@@ -44,6 +48,7 @@ def find_victims(
     capped: list[bool] | None = None,
     free_limit: int = -1,
     fill_after: Callable[[str, int], float] | None = None,
+    side_caps: Callable[[Workload], tuple[str, int] | None] | None = None,
 ) -> tuple[list[Node], list[Workload]] | None:
     """Nodes for the request and the workloads to preempt first, or None when nothing works.
 
@@ -63,10 +68,15 @@ def find_victims(
     Given, victims on a node are taken one at a time, each time from the group left fullest
     by those taken before (a cost's third item, the victim's side fill, is read after them),
     and nodes rank by the lowest fill their victims leave a group at (rules.node_rank): the
-    loss is spread over equally rich teams instead of falling on the one whose id sorts first."""
+    loss is spread over equally rich teams instead of falling on the one whose id sorts first.
+
+    ``side_caps`` is a second limit of the same kind, apart from ``caps`` so that it changes no
+    order or rank: per victim, a group and the most GPUs it may lose (the unallocated work of a
+    richer subtree, which must end at least level with the requester). A victim past it is
+    skipped and the next one tried (and ``capped`` told)."""
     gpn = pool.gpus_per_node
     if gpus > gpn:
-        return _find_gang(state, pool, gpus, may_preempt, cost, exclude, caps, capped)
+        return _find_gang(state, pool, gpus, may_preempt, cost, exclude, caps, capped, side_caps)
     workloads = state.workloads
     allowed: dict[str, bool] = {}  # workload id -> may_preempt, before any cost is needed
     costs: dict[str, tuple] = {}  # workload id -> cost, of those allowed
@@ -106,9 +116,21 @@ def find_victims(
         lost: Seconds = 0
         freed = 0  # GPUs the victims free elsewhere
         used: dict[str, int] | None = {} if caps is not None else None
+        side_used: dict[str, int] | None = {} if side_caps is not None else None
         if fill_after is not None and caps is not None and used is not None:
             candidates = _spread(candidates, caps, fill_after, workloads)
+        side_bound = False
         for c, n in candidates:
+            if side_caps is not None and side_used is not None:
+                side = side_caps(workloads[c[-1]])
+                if side is not None:
+                    name, most = side
+                    if side_used.get(name, 0) + n > most:
+                        side_bound = True
+                        if capped is not None:
+                            capped.append(True)
+                        continue  # its subtree would end below the requester
+                    side_used[name] = side_used.get(name, 0) + n
             if caps is not None and used is not None:
                 group = caps(workloads[c[-1]])
                 if group is not None:
@@ -126,7 +148,15 @@ def find_victims(
                 freed += workloads[c[-1]].gpus - n  # a gang's GPUs on other nodes go too
             if got >= gpus:
                 break
-        if got < gpus:
+        if side_bound and side_caps is not None and len(candidates) <= MAX_VICTIMS_TRIED_IN_SETS:
+            # skipping the victim past a cap and taking the next ones is not the cheapest set
+            # within the caps, nor sure to find one (a 2-GPU victim taken first can leave no room
+            # under the cap for the 4-GPU one that alone would do): try every set on this node
+            within = _cheapest_within_caps(candidates, free, gpus, caps, side_caps, workloads, by_fit)
+            if within is None:
+                continue
+            taken_ids, got, worst, lost, freed, used = within
+        elif got < gpus:
             continue
         floor = math.inf
         if fill_after is not None and used:
@@ -141,6 +171,43 @@ def find_victims(
     if best is None:
         return None
     return [best[1]], [workloads[w] for w in best[2]]
+
+
+def _cheapest_within_caps(candidates: list[tuple[tuple, int]], free: int, gpus: int,
+                          caps: Callable[[Workload], tuple[str, int] | None] | None,
+                          side_caps: Callable[[Workload], tuple[str, int] | None],
+                          workloads: dict[str, Workload], by_fit: bool,
+                          ) -> tuple[list[str], int, tuple, Seconds, int, dict[str, int] | None] | None:
+    """Of the sets of ``candidates`` (one node's victims, a handful) that free ``gpus`` GPUs with
+    ``free`` and keep every group within its caps, the one find_victims would rank best on its
+    own: (victim ids, GPUs got, dearest victim's cost, progress lost, GPUs freed elsewhere, GPUs
+    lost per ``caps`` group), or None."""
+    best_key: tuple = ()
+    best: tuple[list[str], int, tuple, Seconds, int, dict[str, int] | None] | None = None
+    for size in range(1, len(candidates) + 1):
+        for chosen in combinations(candidates, size):
+            got = free + sum(n for _, n in chosen)
+            if got < gpus:
+                continue
+            used: dict[str, int] = {}
+            side_used: dict[str, int] = {}
+            fits = True
+            for c, n in chosen:
+                for limit, lost_by in ((side_caps, side_used), (caps, used)):
+                    group = limit(workloads[c[-1]]) if limit is not None else None
+                    if group is not None:
+                        lost_by[group[0]] = lost_by.get(group[0], 0) + n
+                        fits = fits and lost_by[group[0]] <= group[1]
+            if not fits:
+                continue
+            worst = max(c for c, _ in chosen)
+            lost: Seconds = sum(c[1] for c, _ in chosen) if by_fit else 0
+            freed = sum(workloads[c[-1]].gpus - n for c, n in chosen) if by_fit else 0
+            key = (worst[0], lost, got + freed - gpus, size, worst) if by_fit else (worst, size)
+            if best is None or key < best_key:
+                best_key = key
+                best = ([c[-1] for c, _ in chosen], got, worst, lost, freed, used if caps is not None else None)
+    return best
 
 
 def _spread(candidates: list[tuple[tuple, int]], caps: Callable[[Workload], tuple[str, int] | None],
@@ -170,7 +237,9 @@ def _spread(candidates: list[tuple[tuple, int]], caps: Callable[[Workload], tupl
 def _find_gang(state: SchedulerState, pool: Pool, gpus: int, may_preempt: Callable[[Workload], bool],
                cost: Callable[[Workload], tuple], exclude: frozenset[int],
                caps: Callable[[Workload], tuple[str, int] | None] | None = None,
-               capped: list[bool] | None = None) -> tuple[list[Node], list[Workload]] | None:
+               capped: list[bool] | None = None,
+               side_caps: Callable[[Workload], tuple[str, int] | None] | None = None,
+               ) -> tuple[list[Node], list[Workload]] | None:
     """:func:`find_victims` for a whole-node gang (apart: most searches are for one node, and
     they need none of this, not even the closure below)."""
     workloads = state.workloads
@@ -223,10 +292,12 @@ def _find_gang(state: SchedulerState, pool: Pool, gpus: int, may_preempt: Callab
         chosen = [i for _, i in by_rack[rack][:need]]
     nodes = [pool.nodes[i] for i in sorted(chosen)]
     victims = sorted({wid for n in nodes for wid in n.holders})
-    if caps is not None:
+    for limit in (caps, side_caps):
+        if limit is None:
+            continue
         used: dict[str, int] = {}
         for wid in victims:
-            group = caps(workloads[wid])
+            group = limit(workloads[wid])
             if group is not None:
                 name, may_lose = group
                 used[name] = used.get(name, 0) + workloads[wid].gpus

@@ -75,6 +75,25 @@ def richer_in_all(view: FairShareView, ai: int, bi: int, gpus: int, hysteresis: 
     return view.total_fill_at(ai, gpus) + hysteresis < view.total_fill_at(bi)
 
 
+def unallocated_cap_gpus(view: FairShareView, ai: int, bi: int, gpus: int) -> int:
+    """Rule "unallocated sharing", its end: the most GPUs of unallocated work *b* may lose to a
+    request of ``gpus`` GPUs from *a* (where their paths part) and still run at least as much of
+    its due share in all as a will with the request (Kueue's "less than or equal to final
+    share": a swap may end level, never reversed, so the GPUs cannot come back). The victim
+    search takes b's victims within this cap, so that a smaller set is tried when the cheapest
+    victims would overshoot."""
+    if view.due_at(bi) <= 0:
+        return view.unallocated_running_at(bi)  # due nothing: b's fill stays infinite whatever it loses
+    target = view.total_fill_at(ai, gpus) - 1e-9
+    if target == math.inf:
+        return 0
+    running_gpus = view.running_at(bi) + view.unallocated_running_at(bi)
+    most = int(math.floor(running_gpus - target * view.due_at(bi)))
+    while most > 0 and view.total_fill_at(bi, -most) < target:
+        most -= 1  # (rounding of the product above)
+    return max(most, 0)
+
+
 def room_by_depth(view: FairShareView, tree: AllocationTree, leaf: str, fair: bool) -> list[float]:
     """Per depth d of ``leaf``'s path: the largest request that is within the due share of every
     level from d down to the leaf (0: none). A level runs below its due share if it runs fewer

@@ -15,7 +15,7 @@ fills and due shares come from fairshare.py):
    shares), ordered by all GPUs each subtree runs against its due share; allocated requests
    may preempt any unallocated work (or, with ``unallocated_preemption = "fair"``, their own
    team's, richer subtrees' and any while they stay near their due share), unallocated
-   requests only that of subtrees that stay richer (``_stays_richer``); unallocated requests
+   requests only that of subtrees that stay richer (``rules.unallocated_cap_gpus``); unallocated requests
    leave the pool's headroom free (``PolicyConfig.unallocated_headroom``).
 
 A pass walks each queue once; one that preempted is followed at once by another. When no node
@@ -39,7 +39,8 @@ from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .rejected import rejected_candidates, with_rejected
 from .reservation import Reservation, keeps_off, plan_reservation
-from .rules import RULE_DUE_SHARE, RULE_UNALLOCATED, free_at_s, richer_in_all, room_by_depth, runs_allocated
+from .rules import (RULE_DUE_SHARE, RULE_UNALLOCATED, free_at_s, richer_in_all, room_by_depth, runs_allocated,
+                    unallocated_cap_gpus)
 from .state import PENDING, SchedulerState, Workload
 from .tree import AllocationTree
 from .units import Seconds
@@ -577,13 +578,11 @@ def _phase4_everything_else(p: _Pass) -> None:
                 failed[failed_key].size = gpus
             continue
         total = view.total_fill
-        richer, mask, reachable, take_any, free_limit = _unallocated_victims(p, w, gpus, allocated, spare)
+        richer, mask, reachable, take_any, free_limit, side_caps = _unallocated_victims(p, w, gpus, allocated, spare)
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
-                                 unallocated_from=richer, unallocated_mask=mask,
+                                 unallocated_from=richer, unallocated_mask=mask, unallocated_caps=side_caps,
                                  memo_space="beyond" if allocated else "free", cached=cached, free_limit=free_limit)
                 if reachable >= gpus or not cached else None)
-        if plan is not None and not take_any and not _stays_richer(plan[1], richer, w, total, config):
-            plan = None
         if plan is not None and not allocated and sum(v.gpus for v in plan[1]) < gpus - max(spare, 0):
             plan = None  # it would take free GPUs of the headroom
         if plan is None:
@@ -615,13 +614,15 @@ def _phase4_everything_else(p: _Pass) -> None:
 
 
 def _unallocated_victims(p: _Pass, w: Workload, gpus: int, allocated: bool, spare: int
-                         ) -> tuple[dict[str, tuple[str, str]], int, int, bool, int]:
+                         ) -> tuple[dict[str, tuple[str, str]], int, int, bool, int, dict[str, tuple[str, int]] | None]:
     """Phase 4: whose unallocated work a request may preempt (rules "contract" and "unallocated
     sharing"): any, for an allocated request (the contract), or that of subtrees that run more
     of their due share in all than the requester would with it, by the hysteresis. Returns
     (per such leaf, the two subtrees where the paths part; the same leaves as a bit per tree node
     index, the memo's key; the GPUs free or held by them; whether any unallocated work may go;
-    the most free GPUs of a node the request may use, -1: all)."""
+    the most free GPUs of a node the request may use, -1: all; per such leaf of another team,
+    its subtree b and the most GPUs b may lose and stay at least level, rules.unallocated_cap_gpus:
+    None when any unallocated work may go)."""
     state, view = p.state, p.view
     tree = state.tree
     path_index = tree.path_index
@@ -631,6 +632,7 @@ def _unallocated_victims(p: _Pass, w: Workload, gpus: int, allocated: bool, spar
     any_unallocated = config.unallocated_preemption == "any"
     pool = p.pool
     richer: dict[str, tuple[str, str]] = {}
+    side_caps: dict[str, tuple[str, int]] = {}
     # an unallocated request may use free GPUs only beyond the headroom
     free_limit = -1 if allocated or gpus <= spare else max(spare, 0)
     reachable = pool.free_gpus if free_limit < 0 else free_limit
@@ -651,18 +653,23 @@ def _unallocated_victims(p: _Pass, w: Workload, gpus: int, allocated: bool, spar
     for a, b, ai, bi, others in tree.split_group_index[leaf]:
         if view.unallocated_running_at(bi):  # counts add up the tree: some leaf under b runs unallocated work
             # rule "unallocated sharing": b runs more of its due share in all than a would
-            # with the request, by the hysteresis (and, _stays_richer, b stays at least level
-            # with a once its victims are gone)
+            # with the request, by the hysteresis, and b stays at least level with a once its
+            # victims are gone: the victim search keeps b's loss within unallocated_cap_gpus
             if take_any or richer_in_all(view, ai, bi, gpus, unallocated_hysteresis):
                 if guarded:
                     p.held_back = True
                     continue
+                most = -1 if take_any else unallocated_cap_gpus(view, ai, bi, gpus)
+                if most == 0:
+                    continue  # b would end below a whatever it lost
                 for other, other_i in others:
                     if view.unallocated_running_at(other_i):
                         richer[other] = (a, b)
+                        if most > 0:
+                            side_caps[other] = (b, most)
                         mask |= 1 << other_i
                         reachable += view.unallocated_running_at(other_i)
-    return richer, mask, reachable, take_any, free_limit
+    return richer, mask, reachable, take_any, free_limit, None if take_any else side_caps
 
 
 def _phase3_limit(state: SchedulerState, pool: Pool, view: FairShareView, tree: AllocationTree, fair: bool,
@@ -693,25 +700,12 @@ def _phase3_limit(state: SchedulerState, pool: Pool, view: FairShareView, tree: 
     return min(max(fit, cap), room) + 1
 
 
-def _stays_richer(victims: list[Workload], richer: dict[str, tuple[str, str]], w: Workload,
-                  total: Callable[[str, int], float], config: PolicyConfig) -> bool:
-    """Whether every subtree losing unallocated work to ``w`` still runs at least as much for its
-    due share as ``w``'s side will, once all of the victims are gone (Kueue's "less than or equal
-    to final share": a swap that ends level is allowed, one that ends reversed is not, so the
-    GPUs cannot come back). The hysteresis is asked of the fills *before* (phase 4)."""
-    lost: dict[tuple[str, str], int] = {}
-    for v in victims:
-        pair = richer[v.leaf]
-        if pair[0] != pair[1]:  # the requester's own team: no share changes hands
-            lost[pair] = lost.get(pair, 0) + v.gpus
-    return all(total(a, w.gpus) <= total(b, -gpus) + 1e-9 for (a, b), gpus in lost.items())
-
-
 def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: Workload,
                      victims_of: dict[str, VictimLimit], now_s: Seconds, exclude: frozenset[int],
                      reservation: Reservation | None, unallocated_from: dict[str, tuple[str, str]] | None = None,
                      unallocated_mask: int = 0, memo_space: str = "in", cached: bool = True,
                      capped: list[bool] | None = None, free_limit: int = -1,
+                     unallocated_caps: dict[str, tuple[str, int]] | None = None,
                      ) -> tuple[list[Node], list[Workload], dict[str, VictimLimit]] | None:
     """Victims that make room for ``w``, or None. Remembers failures per leaf: with the same
     victims allowed (and the same reservation kept out), a failed search is redone only on
@@ -721,7 +715,10 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     ``unallocated_mask`` the same leaves as a bit per tree node index: what the memo compares
     (phase 4 retries failed requests a million times a month; sorting names each time cost
     more than the rest of a retry). ``free_limit`` (-1: none): the most free GPUs of a node the
-    request may use (the headroom, for an unallocated request; part of the memo's key)."""
+    request may use (the headroom, for an unallocated request; part of the memo's key).
+    ``unallocated_caps`` (None: none): per leaf of ``unallocated_from``, its subtree and the most
+    GPUs that subtree may lose (rules.unallocated_cap_gpus); a failure a cap caused is not
+    remembered (it depends on fills, which change without the nodes changing)."""
     gpu_type = pool.gpu_type
     gpn = pool.gpus_per_node
     gpus = w.gpus
@@ -732,11 +729,11 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                     unallocated_mask if unallocated_from is not None else None, free_limit, _storage_key(state))
 
     if not cached:
-        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w)
-        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude, caps=rules.cap,
+        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
+        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude, caps=rules.cap, side_caps=rules.side_caps,
                             by_fit=True, fill_after=rules.fill_after, free_limit=free_limit)
     elif gpus > gpn:
-        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w)
+        rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
         # nodes changed; search only when enough of them exist
         gang_memo = state.caches.gang_nodes.get((gpu_type, leaf, memo_space))
@@ -752,7 +749,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         if len(takeable) * gpn < gpus:
             return None
         plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
-                            caps=rules.cap, by_fit=True, fill_after=rules.fill_after, capped=capped, exclude=exclude)
+                            caps=rules.cap, side_caps=rules.side_caps, by_fit=True, fill_after=rules.fill_after, capped=capped, exclude=exclude)
     else:
         memo_key = (gpu_type, leaf, memo_space)
         memo: FailedSearches | None = state.caches.failed.get(memo_key)
@@ -771,20 +768,20 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 # only unallocated work may go: a node short even with all of it freed is out
                 changed = [n for n in changed if _usable_free(n, free_limit) + n.unallocated >= gpus]
             if changed:
-                rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w)
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
+                rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped, only=changed, exclude=exclude,
                                     free_limit=free_limit)
             else:
                 plan = None
         else:
-            rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w)
+            rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
             if victims_of:
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, by_fit=True,
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped, exclude=exclude, free_limit=free_limit)
             else:  # as above, over every open node
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
-                                    caps=rules.cap, by_fit=True, fill_after=rules.fill_after, capped=capped,
+                                    caps=rules.cap, side_caps=rules.side_caps, by_fit=True, fill_after=rules.fill_after, capped=capped,
                                     exclude=exclude, free_limit=free_limit, only=[n for n in pool.open_nodes(gpus, exclude)
                                           if _usable_free(n, free_limit) + n.unallocated >= gpus])
         if plan is None and not capped:

@@ -13,7 +13,7 @@ path: a team back from idle days is served because its due share is larger now.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from .fairshare import FairShareView
 from .placement import preemption_cost_gpu_s
@@ -69,11 +69,12 @@ class VictimRules:
     the leaves whose unallocated work may go."""
 
     __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
-                 "allocated_side", "requester_gpus", "debug", "limited_storage")
+                 "allocated_side", "requester_gpus", "debug", "limited_storage", "unallocated_caps", "side_caps")
 
     def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, VictimLimit],
                  unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds,
-                 requester: Workload | None = None):
+                 requester: Workload | None = None,
+                 unallocated_caps: dict[str, tuple[str, int]] | None = None):
         self.state = state
         self.view = view
         self.leaf = leaf
@@ -87,6 +88,11 @@ class VictimRules:
         self.requester_gpus = requester.gpus if requester is not None else 0
         self.debug = requester is not None and requester.spec.kind == "debug"
         self.limited_storage = state.cluster.checkpoint_bandwidth_gbps is not None
+        # rule "unallocated sharing": the most unallocated GPUs each richer subtree may lose
+        # (find_victims skips a victim past it and tries the next, so a smaller set is found)
+        self.unallocated_caps = unallocated_caps
+        self.side_caps: Callable[[Workload], tuple[str, int] | None] | None = \
+            self.side_cap if unallocated_caps else None
 
     def may_preempt(self, v: Workload) -> bool:
         # under notice already (its GPUs are promised), or its checkpoint would not fit the
@@ -109,6 +115,14 @@ class VictimRules:
             return None
         limit = self.victims_of[v.leaf]
         return limit.b, limit.cap_gpus
+
+    def side_cap(self, v: Workload) -> tuple[str, int] | None:
+        """The subtree whose unallocated work ``v`` is and the most GPUs it may lose in all
+        (None: no limit: allocated work, the requester's own team, or any may go)."""
+        caps = self.unallocated_caps
+        if v.allocated or caps is None:
+            return None
+        return caps.get(v.leaf)
 
     def fill_after(self, subtree: str, lost_gpus: int) -> float:
         """A victim subtree's fill once it has lost ``lost_gpus`` GPUs (placement.find_victims

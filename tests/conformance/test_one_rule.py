@@ -162,3 +162,37 @@ def test_shape_6_victims_needed_from_two_equally_rich_teams_come_from_both():
     assert first_start_s(run, "a4") == HOUR
     taken = sorted(v[0] for v, by in preempted(run) if by == "a4")
     assert taken == ["b", "c"], preempted(run)
+
+
+def test_shape_9_unallocated_sharing_tries_a_smaller_set_when_the_cheapest_victims_would_overshoot():
+    # a runs 2 + 2 + 4 GPUs of unallocated work on one node; b (equal share) asks for 4. The
+    # cheapest victims by progress lost are w1 (2) and w2 (4): taking both would leave a at 2
+    # against b's 4, so a would be the poorer side. w2 alone leaves both at 4 (level): that set
+    # is taken at once instead of none (found by the notice-burst generator; b waited 5 h)
+    builder = (ScenarioBuilder(duration=6 * HOUR).pool("H100", 1, 8).teams(a=1, b=1)
+               .policy(catch_up=0.0, max_min_runtime_s="2h", unallocated_headroom=0.0))
+    builder.workload("w0", "a", gpus=2, work="5h", submit=30, resumable=True)
+    builder.workload("w1", "a", gpus=2, work="5h", submit=90, resumable=True)
+    builder.workload("w2", "a", gpus=4, work="5h", submit=120, resumable=True)
+    builder.workload("b4", "b", gpus=4, work="5h", submit=180, resumable=True)
+    run = refereed(builder.build())
+    assert first_start_s(run, "b4") == 180
+    assert preempted(run) == [("w2", "b4")]
+
+
+def test_shape_9_when_skipping_an_overshooting_victim_finds_too_little_the_set_that_fits_is_found():
+    # cheapest first, skipping what would overshoot, can find nothing: on two 8-GPU nodes a runs
+    # 12 (y 4 and x 2 on one node, z 6 on the other) and b runs 4; b asks for 4 more. a may lose
+    # 4 and stay level (8 against 8). On y's node, x (2, the cheapest) then y (4, past the cap)
+    # frees 2; y alone frees the 4 needed
+    builder = (ScenarioBuilder(duration=6 * HOUR).pool("H100", 2, 8).teams(a=1, b=1)
+               .policy(catch_up=0.0, max_min_runtime_s="2h", unallocated_headroom=0.0))
+    builder.workload("y", "a", gpus=4, work="5h", submit=30, resumable=True)
+    builder.workload("z", "a", gpus=6, work="5h", submit=40, resumable=True)
+    builder.workload("b0", "b", gpus=2, work="5h", submit=50, resumable=True)
+    builder.workload("b1", "b", gpus=2, work="5h", submit=60, resumable=True)
+    builder.workload("x", "a", gpus=2, work="5h", submit=120, resumable=True)
+    builder.workload("b4", "b", gpus=4, work="5h", submit=180, resumable=True)
+    run = refereed(builder.build())
+    assert first_start_s(run, "b4") == 180
+    assert preempted(run) == [("y", "b4")]

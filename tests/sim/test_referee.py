@@ -151,9 +151,10 @@ def notice_bursts(draw):
 @given(notice_bursts())
 def test_the_referee_finds_no_take_back_or_cascade_on_bursts_of_work_under_notice(scenario):
     # the decisions a notice's wait could make look wrong (or hide): take-back, cascade, work
-    # taken within its share; the waiting findings are the test above's
+    # taken within its share, one team holding the unallocated tier (its shape, victims that
+    # overshoot, came from this generator); the waiting findings are the test above's
     _, findings = refereed(scenario)
-    decisions = [f for f in findings if f.kind in ("take-back", "cascade", "within share taken")]
+    decisions = [f for f in findings if f.kind in ("take-back", "cascade", "within share taken", "unfair tier")]
     assert decisions == [], "\n".join(str(f) for f in decisions) + "\n" + describe(scenario)
 
 
