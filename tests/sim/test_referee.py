@@ -363,3 +363,24 @@ def test_the_referee_reports_a_take_back_made_by_a_notice():
                                                   preemptor_nodes=["H100-000"]))
     findings = [f for f in check(scenario, log.events, 3 * HOUR) if f.kind == "take-back"]
     assert [(f.at_s, f.events) for f in findings] == [(2 * HOUR, ["x3", "n1"])]
+
+
+def test_a_request_is_not_entitled_to_what_a_decision_under_notice_already_gave_its_leaf():
+    # found by the notice-burst generator (1 in 3,000): at 1,230 s w4 (a, 4) takes b's w0 and w6
+    # with notices; b runs 4 of its 4 once they go and a 4 of its 4 with w4. "not served" judged
+    # a's next request w8 by the GPUs running (a at 0, b at 8) and said it could take w1
+    builder = ScenarioBuilder(duration=6 * HOUR, seed=0)
+    builder.policy(max_min_runtime_s="2h", catch_up=0.0, unallocated_headroom=0.0)
+    builder.pool("H100", 1, 8).teams(a=1, b=1)
+    for wid, team, gpus, submit, work, min_runtime, checkpoint, notice in [
+            ("w0", "b", 2, 0, 3600, 900, None, 120), ("w1", "b", 4, 0, 16480, 900, None, 120),
+            ("w2", "b", 4, 30, 6721, 0, 600, 120), ("w3", "b", 4, 120, 10708, 0, 600, None),
+            ("w4", "a", 4, 210, 12015, 900, None, 120), ("w5", "b", 4, 300, 9645, 900, 600, None),
+            ("w6", "b", 2, 330, 3600, 900, 600, 120), ("w7", "b", 4, 420, 4842, 0, None, 120),
+            ("w8", "a", 4, 450, 3600, 900, 600, 120)]:
+        builder.workload(wid, team, gpus=gpus, work=work, submit=submit, min_runtime=min_runtime, resumable=True,
+                         checkpoint=checkpoint, notice=notice)
+    run, findings = refereed(builder.build())
+    assert [(e.workload_id, e.reason.by_workload_id) for e in run.events
+            if isinstance(e, ev.WorkloadPreemptionNotice)] == [("w0", "w4"), ("w6", "w4")]
+    assert findings == []

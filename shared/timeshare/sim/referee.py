@@ -29,7 +29,8 @@ reports, each with the events that show it:
   minimum runtime of subtrees that run above their fraction by more than the hysteresis, and
   keep at least their fraction after the loss, at every level from where the paths part down
   to the victim's leaf (Kueue's "less than or equal to final share" at its most demanding),
-  unless a pending gang of another leaf, or of its own leaf ahead of it, may hold a reservation;
+  unless a pending gang of another leaf, or of its own leaf ahead of it, may hold a reservation
+  (what each subtree runs counts every decided move as done, as for a take-back);
 * **idle**: free GPUs of healthy nodes fit a pending request for over 60 s, except an
   unallocated request kept off the headroom, and an allocated request while a whole-node gang
   is pending in the pool (a reservation may hold the nodes for it);
@@ -253,6 +254,8 @@ class Referee:
         self.running: dict[str, _Run] = {}
         # per (GPU type, subtree): allocated GPUs and all GPUs running
         self.alloc: dict[tuple[str, str], int] = {}
+        #: alloc with every decided move counted as done (_conditions)
+        self.alloc_decided: dict[tuple[str, str], int] = self.alloc
         self.total: dict[tuple[str, str], int] = {}
         # the last time each leaf started allocated work (for the tier check's "no allocated use")
         self.last_allocated_ms: dict[str, int] = {}
@@ -649,6 +652,13 @@ class Referee:
 
     def _conditions(self) -> None:
         now = self.now_ms
+        # entitlement is judged as decisions are: every decided move counted as done (a victim
+        # under notice runs no more, an awaiting preemptor runs already)
+        self.alloc_decided = self.alloc
+        if self.under_notice or self.awaiting:
+            self.alloc_decided = dict(self.alloc)
+            for key, k in self._decided_moves("allocated"):
+                self.alloc_decided[key] = self.alloc_decided.get(key, 0) + k
         entitled: set[str] = set()
         idle: set[tuple] = set()
         for gpu_type in sorted({k[0] for k in self.pending_index}):
@@ -730,7 +740,7 @@ class Referee:
         if gpu_type not in self.pool_gpus:
             return False
         pool = self.pool_gpus[gpu_type]
-        return all(self.alloc.get((gpu_type, p), 0) + g <= self.fraction.get(p, 0) * pool + 1e-9
+        return all(self.alloc_decided.get((gpu_type, p), 0) + g <= self.fraction.get(p, 0) * pool + 1e-9
                    for p in levels)
 
     def _gang_nodes(self, gpu_type: str, leaf: str, g: int) -> bool:
@@ -748,7 +758,7 @@ class Referee:
             d = _parting(leaf, r.leaf)
             out: tuple[str, ...] | None = tuple(ancestors(r.leaf)[d:])
             for p in out or ():
-                if self.alloc.get((gpu_type, p), 0) <= (1 + h) * self.fraction.get(p, 0) * pool + 1e-9:
+                if self.alloc_decided.get((gpu_type, p), 0) <= (1 + h) * self.fraction.get(p, 0) * pool + 1e-9:
                     out = None
                     break
             parting_ok[r.leaf] = out
@@ -776,7 +786,7 @@ class Referee:
                     break
                 for side in s:
                     extra[side] = extra.get(side, 0) + r.gpus
-            if not ok or any(lost.get(s, 0) + k > self.alloc.get((gpu_type, s), 0)
+            if not ok or any(lost.get(s, 0) + k > self.alloc_decided.get((gpu_type, s), 0)
                              - self.fraction.get(s, 0) * pool + 1e-9 for s, k in extra.items()):
                 continue
             for s, k in extra.items():
@@ -807,7 +817,7 @@ class Referee:
         pool = self.pool_gpus[gpu_type]
         leaf = spec.project
         g = spec.gpus
-        if self.alloc.get((gpu_type, leaf), 0) + g > self.fraction.get(leaf, 0) * pool + 1e-9:
+        if self.alloc_decided.get((gpu_type, leaf), 0) + g > self.fraction.get(leaf, 0) * pool + 1e-9:
             return False
         h = self.hysteresis
 
@@ -823,15 +833,15 @@ class Referee:
                 return None
             d = _parting(leaf, r.leaf)
             for p in ancestors(leaf)[d:]:
-                if self.alloc.get((gpu_type, p), 0) + g > self.fraction.get(p, 0) * pool + 1e-9:
+                if self.alloc_decided.get((gpu_type, p), 0) + g > self.fraction.get(p, 0) * pool + 1e-9:
                     return None
             for p in ancestors(r.leaf)[d:]:
-                if self.alloc.get((gpu_type, p), 0) <= (1 + h) * self.fraction.get(p, 0) * pool + 1e-9:
+                if self.alloc_decided.get((gpu_type, p), 0) <= (1 + h) * self.fraction.get(p, 0) * pool + 1e-9:
                     return None
             return tuple(ancestors(r.leaf)[d:]), r.gpus
 
         def room(side: str) -> float:
-            return self.alloc.get((gpu_type, side), 0) - self.fraction.get(side, 0) * pool
+            return self.alloc_decided.get((gpu_type, side), 0) - self.fraction.get(side, 0) * pool
 
         if g <= gpn:
             for n in nodes:
