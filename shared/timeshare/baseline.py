@@ -12,11 +12,12 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from . import events as ev
-from .cluster import Pool
-from .placement import find_victims, preemption_cost_gpu_s
-from .queue import walk
+from .cluster import Node, Pool
+from .placement import find_victims, preemptible_nodes, preemption_cost_gpu_s
+from .queue import LeafQueue, walk
 from .state import SchedulerState, Workload
 from .units import Seconds
 from .workload import PRIORITY_RANK
@@ -27,7 +28,12 @@ def may_end_now(w: Workload, now_s: Seconds) -> bool:
 
 
 class BaselinePolicy:
+    """``reference``: every cache off (the same decisions, slower: tests/sim/test_reference.py)."""
+
     name = "baseline"
+
+    def __init__(self, reference: bool = False):
+        self.cached = not reference
 
     def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
         state.pass_now_s = now_s
@@ -57,7 +63,7 @@ class BaselinePolicy:
     def _schedule_pool(self, state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
         out: list[ev.Event] = []
         gpu_type = pool.gpu_type
-        queues = [q for (t, _, _), q in sorted(state.queues.items()) if t == gpu_type and q.count]
+        queues, at_start = self._queues(state, gpu_type)
         caps = {leaf: int(state.tree.nodes[leaf].fraction * pool.total_gpus) for leaf in state.tree.leaves}
         held = state.nonpreemptible_gpus[gpu_type]
         # smallest request that failed to preempt, per priority rank (lower ranks have fewer victims)
@@ -74,6 +80,9 @@ class BaselinePolicy:
         preemptible_running[0] = any(not w.non_preemptible for w in state.running.values() if w.gpu_type == gpu_type)
         for key, gpus in walk(queues, limit):
             w = state.workloads[key[2]]
+            if at_start is not None and at_start.get((w.leaf, w.queue_class, gpus)) is not \
+                    state.queues[(gpu_type, w.leaf, w.queue_class)].by_size.get(gpus):
+                continue  # added during the walk to a group the pass did not start with
             rank = -key[0]
             current_rank[0] = rank
             nodes = pool.find_free(gpus)
@@ -90,7 +99,7 @@ class BaselinePolicy:
                 def cost(v: Workload, w: Workload = w) -> tuple:
                     return (PRIORITY_RANK[v.spec.priority], preemption_cost_gpu_s(state, v, now_s, w.gpus), v.id)
 
-                plan = find_victims(state, pool, gpus, may_preempt, cost)
+                plan = self._victims(state, pool, gpus, rank, may_preempt, cost)
                 if plan is None:
                     for r in fail_at:
                         if r <= rank:
@@ -114,3 +123,86 @@ class BaselinePolicy:
             if not opt_out:
                 preemptible_running[0] = True
         return out
+
+    def _queues(self, state: SchedulerState, gpu_type: str
+                ) -> tuple[list[LeafQueue], dict[tuple[str, str, int], list[tuple]] | None]:
+        """The queues one walk of the pool merges in the global order (keys are unique), and
+        what to skip of them.
+
+        The rule, as the reference mode walks it: every leaf's and class's queue, each size of
+        each a group, the groups being those there when the pass starts; so work added during
+        the pass (a requeued victim) waits for the next pass unless its group was there (and
+        the walk has not gone past it). Walking these queues costs a step per group per item
+        (a hundred groups on the built-in cluster), so the cached mode walks one queue per pool
+        (kept by the state once asked for) and skips what lies in a group, a list of keys, that
+        was not there at the start: (leaf, class, size) -> that list, as it was."""
+        if not self.cached:
+            return [q for (t, _, _), q in sorted(state.queues.items()) if t == gpu_type and q.count], None
+        if state.pool_queues is None:
+            state.pool_queues = {}
+            for (t, _, _), q in state.queues.items():
+                merged = state.pool_queues.get(t)
+                if merged is None:
+                    merged = state.pool_queues[t] = LeafQueue()
+                for g, keys in q.by_size.items():
+                    for key in keys:
+                        merged.add(g, key)
+        at_start: dict[tuple[str, str, int], list[tuple]] = {}
+        for (t, leaf, cls), q in state.queues.items():
+            if t == gpu_type and q.count:
+                for g, keys in q.by_size.items():
+                    at_start[(leaf, cls, g)] = keys
+        pool_queue = state.pool_queues.get(gpu_type)
+        return ([pool_queue] if pool_queue is not None and pool_queue.count else []), at_start
+
+    def _victims(self, state: SchedulerState, pool: Pool, gpus: int, rank: int,
+                 may_preempt: Callable[[Workload], bool], cost: Callable[[Workload], tuple],
+                 ) -> tuple[list[Node], list[Workload]] | None:
+        """find_victims, remembering failures across passes: a search of priority rank r for g
+        GPUs that found nothing still finds nothing on the nodes unchanged since (their work,
+        its priorities and its notices only ever leave fewer victims), for any request of rank
+        at most r and at least g GPUs, as long as the storage admits the same checkpoints. So
+        only nodes changed since are searched (a gang, which may combine them with unchanged
+        nodes, only when nothing changed at all is skipped)."""
+        if not self.cached:
+            return find_victims(state, pool, gpus, may_preempt, cost)
+        memo = state.caches.priority_failed
+        gpu_type = pool.gpu_type
+        storage = state.storage_seq if state.cluster.checkpoint_bandwidth_gbps is not None else None
+        failed_seq = -1
+        for (t, r, g), (seq, key) in memo.items():
+            if t == gpu_type and r >= rank and g <= gpus and key == storage and seq > failed_seq:
+                failed_seq = seq
+        if failed_seq < 0:
+            plan = find_victims(state, pool, gpus, may_preempt, cost)
+        elif failed_seq == pool.change_seq:
+            plan = None
+        elif gpus > pool.gpus_per_node:
+            plan = find_victims(state, pool, gpus, may_preempt, cost) if self._gang_may_fit(
+                state, pool, gpus, rank, may_preempt, storage) else None
+        else:
+            changed = pool.open_changed_since(failed_seq, gpus)
+            plan = find_victims(state, pool, gpus, may_preempt, cost, only=changed) if changed else None
+        if plan is None:
+            memo[(gpu_type, rank, gpus)] = (pool.change_seq, storage)
+        return plan
+
+    @staticmethod
+    def _gang_may_fit(state: SchedulerState, pool: Pool, gpus: int, rank: int,
+                      may_preempt: Callable[[Workload], bool], storage: int | None) -> bool:
+        """Whether enough whole nodes could be emptied for a gang of priority rank ``rank``: the
+        set of such nodes is kept per rank and checked again only where nodes changed (a node
+        under a new notice stays in it until it changes: the set may hold too many, never too
+        few, and find_victims decides)."""
+        gpn = pool.gpus_per_node
+        key = (pool.gpu_type, rank)
+        memo = state.caches.priority_gang_nodes.get(key)
+        if memo is None or memo[1] != storage:
+            takeable = preemptible_nodes(pool, pool.open_nodes(gpn), may_preempt, state.workloads)
+        elif memo[0] == pool.change_seq:
+            takeable = memo[2]
+        else:
+            moved = pool.changed_since(memo[0])
+            takeable = (memo[2] - {n.index for n in moved}) | preemptible_nodes(pool, moved, may_preempt, state.workloads)
+        state.caches.priority_gang_nodes[key] = (pool.change_seq, storage, takeable)
+        return len(takeable) * gpn >= gpus

@@ -29,7 +29,7 @@ class FailedSearches:
 class PolicyCaches:
     """The budget policy's caches for one cluster's state."""
 
-    __slots__ = ("failed", "gang_nodes", "reserve_times")
+    __slots__ = ("failed", "gang_nodes", "reserve_times", "priority_failed", "priority_gang_nodes")
 
     def __init__(self) -> None:
         #: (GPU type, leaf, memo space: "in" phase 3, "beyond"/"free" phase 4) -> failed searches
@@ -38,6 +38,12 @@ class PolicyCaches:
         self.gang_nodes: dict[tuple[str, str, str], tuple[int, tuple, set[int]]] = {}
         #: (GPU type, leaf) -> (change stamp, victims allowed, per node: when the leaf could empty it)
         self.reserve_times: dict[tuple[str, str], tuple[int, tuple, dict[int, Seconds]]] = {}
+        #: the old scheduler's (baseline.py) failed victim searches: (GPU type, priority rank,
+        #: GPUs) -> (change stamp, storage key) of the latest failure
+        self.priority_failed: dict[tuple[str, int, int], tuple[int, int | None]] = {}
+        #: and per (GPU type, priority rank): (change stamp, storage key, nodes a gang of that
+        #: rank could empty)
+        self.priority_gang_nodes: dict[tuple[str, int], tuple[int, int | None, set[int]]] = {}
 
     def clear(self) -> None:
         self.failed.clear()

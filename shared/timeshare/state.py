@@ -152,6 +152,10 @@ class SchedulerState:
         self.pending_by_pool: dict[str, int] = {t: 0 for t in cluster.pools}
         #: (submit_s, id) of pending work per pool, kept only when a policy needs it (fifo)
         self.submit_order: dict[str, list[tuple[Seconds, str]]] | None = None
+        #: the old scheduler's global order (baseline.py): each pool's pending work in one
+        #: queue, kept only once that policy asks for it (its walk then merges one queue, not
+        #: one per leaf and class)
+        self.pool_queues: dict[str, LeafQueue] | None = None
         self._protection: list[tuple[Seconds, str, int]] = []  # (until, id, attempt)
         self._seq = 0
         self._id_prefix = id_prefix
@@ -193,6 +197,10 @@ class SchedulerState:
     def __setstate__(self, d: dict) -> None:
         """Unpickle, also a snapshot taken before notices existed."""
         self.__dict__.update(d)
+        if "pool_queues" not in d:
+            self.pool_queues = None
+        if not hasattr(self.caches, "priority_gang_nodes"):
+            self.caches = PolicyCaches()  # taken before the old scheduler's memo (caches decide nothing)
         if "pass_now_s" not in d:
             self.pass_now_s = None
         if "notices" not in d:
@@ -717,6 +725,11 @@ class SchedulerState:
         self.pending_by_pool[w.gpu_type] += 1
         if self.submit_order is not None:
             insort(self.submit_order.setdefault(w.gpu_type, []), (w.submit_s, w.id))
+        if self.pool_queues is not None:
+            pool_queue = self.pool_queues.get(w.gpu_type)
+            if pool_queue is None:
+                pool_queue = self.pool_queues[w.gpu_type] = LeafQueue()
+            pool_queue.add(w.gpus, w.key)
 
     def _dequeue(self, w: Workload) -> None:
         self.queue(w.gpu_type, w.leaf, w.queue_class).remove(w.gpus, w.key)
@@ -725,6 +738,8 @@ class SchedulerState:
         if self.submit_order is not None:
             order = self.submit_order[w.gpu_type]
             del order[bisect_left(order, (w.submit_s, w.id))]
+        if self.pool_queues is not None:
+            self.pool_queues[w.gpu_type].remove(w.gpus, w.key)
 
     def _start(self, w: Workload, e: ev.WorkloadStarted, now_s: Seconds) -> None:
         if w.state == AWAITING:

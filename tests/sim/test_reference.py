@@ -1,4 +1,4 @@
-"""The cached budget policy decides exactly as its reference (the same rules, every cache off):
+"""The cached budget policy (and the old scheduler) decides exactly as its reference (the same rules, every cache off):
 byte-identical event streams on random small scenarios of every tree shape."""
 
 from __future__ import annotations
@@ -18,6 +18,15 @@ def test_caches_never_change_a_decision(scenario):
     cached = simulate(scenario, "budget")
     reference = simulate(scenario, "budget-reference")
     assert cached.encoded() == reference.encoded()
+
+
+@settings(max_examples=int(os.environ.get("TIMESHARE_EXAMPLES", "120")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenarios())
+def test_the_old_schedulers_memo_never_changes_a_decision(scenario):
+    # baseline.py remembers failed victim searches across passes (searching only nodes changed
+    # since); with the memo off it searches every node every time
+    assert simulate(scenario, "baseline").encoded() == simulate(scenario, "baseline-reference").encoded()
 
 
 @settings(max_examples=int(os.environ.get("TIMESHARE_EXAMPLES", "60")), deadline=None,

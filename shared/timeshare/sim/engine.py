@@ -45,7 +45,12 @@ def _budget_reference() -> Policy:
 
 #: policies a run may name that "all" leaves out: the budget policy with every cache off,
 #: which decides exactly as "budget" does, only slower (the proof that its caches are safe)
-CHECKS: dict[str, Callable[[], Policy]] = {"budget-reference": _budget_reference}
+def _baseline_reference() -> Policy:
+    return BaselinePolicy(reference=True)
+
+
+CHECKS: dict[str, Callable[[], Policy]] = {"budget-reference": _budget_reference,
+                                           "baseline-reference": _baseline_reference}
 
 _COMPLETE, _WAKE, _NODE, _REPAIR, _RESUBMIT, _CHECKPOINT = range(6)
 
