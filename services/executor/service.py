@@ -21,6 +21,11 @@ processes at once and SIGKILL at the notice's deadline if they still run; proces
 then, instead of at the deadline. A simulated workload writes its checkpoint as the simulator
 models it (``timeshare.sim.storage``: its declared ``checkpoint_on_notice_s`` x ``time_scale``,
 longer when checkpoints written at once share too little of the cluster's bandwidth).
+
+A workload's checkpoint directory is removed once the workload has ended for good (completed,
+failed, cancelled, preempted and not requeued: ``events.ends_for_good``), after its processes
+stopped; one that is requeued keeps it. An executor that was down when work ended removes those
+directories at its start, once it has caught up with the log (``checkpoints.py``).
 """
 
 from __future__ import annotations
@@ -44,21 +49,13 @@ from ..common.ids import ended_id
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient, retry_transient
 from ..common.telemetry import extract_context, setup_telemetry
+from .checkpoints import checkpoint_dir, remove_checkpoint_dir, stale_checkpoint_dirs
 
 log = logging.getLogger("timeshare.executor")
 
 
 #: the id of the checkpoint report of one attempt (a retry dedups, a stale one is recognised)
 CHECKPOINTED = "ckpt"
-
-
-def checkpoint_dir(base: str, cluster: str, workload_id: str) -> str:
-    """The workload's checkpoint directory, the same for every attempt: ``<base>/<cluster>/
-    checkpoints/<workload id>``. An id that is not one path segment is refused (the gateway's ids
-    are; a log written otherwise must not reach outside ``base``)."""
-    if not workload_id or workload_id in (".", "..") or "/" in workload_id or "\0" in workload_id:
-        raise ValueError(f"workload id {workload_id!r} cannot name a directory")
-    return os.path.join(base, cluster, "checkpoints", workload_id)
 
 
 class Running:
@@ -128,6 +125,12 @@ class Executor:
         #: the log follower's position, lag and last error (for the health report)
         self.follow_status: dict = {}
         self.seq_changed = asyncio.Condition()
+        #: the log is followed live (past the history replayed at start): a workload that ends
+        #: for good now has its checkpoint directory removed at once; the ends replayed at start
+        #: are covered by one sweep once caught up (_sweep_checkpoints)
+        self.live = False
+        #: checkpoint directories being removed (awaited by ``stop``)
+        self.cleanups: set[asyncio.Future] = set()
 
     async def start(self, broker=None) -> "Executor":
         """``broker``: the faststream broker with this service's handlers (``main.py`` builds it);
@@ -144,6 +147,7 @@ class Executor:
             start_seq=start_seq, caught_up=self.caught_up, name=f"executor {self.cluster} log follower",
             status=self.follow_status)))
         await self.caught_up.wait()
+        await self._sweep_checkpoints()
         return self
 
     async def _operator_skips(self) -> set[int]:
@@ -210,6 +214,8 @@ class Executor:
                 r.handle.cancel()
             if r.procs:
                 await self._terminate(r)
+        if self.cleanups:
+            await asyncio.gather(*self.cleanups, return_exceptions=True)
         for t in self.tasks:
             t.cancel()
             try:
@@ -223,6 +229,7 @@ class Executor:
 
     # -- following the log ------------------------------------------------------------------
     async def _on_batch(self, msgs, live: bool) -> None:
+        self.live = live
         for m in msgs:
             seq = m.metadata.sequence.stream
             try:
@@ -267,9 +274,11 @@ class Executor:
                 if r is not None and (e.attempt is None or e.attempt == r.attempt) and not r.under_notice:
                     self._notice(r, e.deadline_ms, e.at_ms)
             case ev.WorkloadPreempted() | ev.WorkloadCancelled() | ev.WorkloadFailed() | ev.WorkloadCompleted():
-                if not (isinstance(e, ev.WorkloadPreempted) and e.resumable):
-                    self.specs.pop(e.workload_id, None)  # ended for good: never started again
+                for_good = ev.ends_for_good(e)
+                if for_good:
+                    self.specs.pop(e.workload_id, None)  # never started again
                 r = self.running.pop(e.workload_id, None)
+                stopping = None
                 if e.workload_id in self.storage.writers:  # it stopped writing (as the simulator's storage)
                     self.storage.remove(e.workload_id, e.at_ms)
                     self._storage_changed()
@@ -280,7 +289,42 @@ class Executor:
                     if r.killer is not None:
                         r.killer.cancel()
                     if r.procs:
-                        self._release_later(r, asyncio.ensure_future(self._terminate(r)))
+                        stopping = asyncio.ensure_future(self._terminate(r))
+                        self._release_later(r, stopping)
+                if for_good and self.live:
+                    self._forget_checkpoint(e.workload_id, stopping)
+
+    # -- checkpoint directories -------------------------------------------------------------
+    def _forget_checkpoint(self, workload_id: str, stopping: asyncio.Future | None) -> None:
+        """Remove the directory of a workload that ended for good, once its processes (if any
+        still run) have stopped: none of them writes into a directory being removed."""
+        task = asyncio.ensure_future(self._remove_checkpoint(workload_id, stopping))
+        self.cleanups.add(task)
+        task.add_done_callback(self.cleanups.discard)
+
+    async def _remove_checkpoint(self, workload_id: str, stopping: asyncio.Future | None = None) -> None:
+        if stopping is not None:
+            await asyncio.wait([stopping])  # not gather: a cancelled wait must not cancel the stop
+        try:  # a thread: a checkpoint may be many files
+            if await asyncio.to_thread(remove_checkpoint_dir, self.data_dir, self.cluster, workload_id):
+                log.info("executor %s: removed the checkpoint directory of %s (ended for good)", self.cluster,
+                         workload_id)
+        except (OSError, ValueError) as exc:  # one directory it cannot remove must not stop the executor
+            log.warning("executor %s: cannot remove the checkpoint directory of %s: %s", self.cluster, workload_id,
+                        describe(exc))
+
+    async def _sweep_checkpoints(self) -> None:
+        """Once caught up: remove the directory of every workload that is no longer live (not
+        submitted-and-not-ended in the log or placement's snapshot), i.e. that ended for good
+        while this executor was down, or before its start's replay. Listed and compared in one
+        step of the event loop: a directory is created only for a workload it knows as live, and
+        an id that ended never becomes live again (the gateway refuses a used id), so nothing
+        created after the listing is removed."""
+        stale = stale_checkpoint_dirs(self.data_dir, self.cluster, self.specs)
+        for wid in stale:
+            await self._remove_checkpoint(wid)
+        if stale:
+            log.info("executor %s: swept %d checkpoint directories of workloads that ended", self.cluster, len(stale))
 
     def _release_later(self, r: Running, stopping: asyncio.Future) -> None:
         keys = [(part.node, g) for part in r.placement for g in part.gpu_ids]
