@@ -15,6 +15,9 @@ Run by the process executor it reads (services/README.md, "Preemption with notic
   means "checkpoint now": it saves the step it reached and exits 0 (the executor reports the
   checkpoint and placement hands its GPUs over at once). Without one, SIGTERM means stop: it exits
   without saving, as the scheduler counts it (the work since its last periodic checkpoint is lost).
+* ``TIMESHARE_UNDER_NOTICE``: ``1`` when it is started under a notice already (the executor
+  restarted while its notice ran): it resumes, saves what it resumed from and exits 0 at once,
+  as on SIGTERM.
 * ``TIMESHARE_ATTEMPT``, ``TIMESHARE_RANK``: the attempt (names the record); only rank 0 writes.
 
 The executor removes the checkpoint directory once the workload has ended for good (completed,
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = {"signal": None}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(signal="SIGTERM"))
 
+    if notice_s > 0 and os.environ.get("TIMESHARE_UNDER_NOTICE") == "1":
+        stop["signal"] = "notice at start"  # the notice ran while it was down: checkpoint now
     start_step = step = read_step(directory)
     started = time.time()
 

@@ -60,7 +60,7 @@ CHECKPOINTED = "ckpt"
 
 class Running:
     __slots__ = ("workload_id", "attempt", "end_ms", "spec", "placement", "handle", "procs", "stopping",
-                 "started_seq", "trace_ctx", "notice_deadline_ms", "checkpoint_reported", "killer")
+                 "started_seq", "trace_ctx", "notice_deadline_ms", "checkpoint_reported", "signals")
 
     def __init__(self, workload_id, attempt, end_ms, spec, placement, started_seq: int = 0):
         self.workload_id = workload_id
@@ -79,8 +79,9 @@ class Running:
         self.notice_deadline_ms: int | None = None
         #: its checkpoint was reported (simulated: its work stopped at the notice, no completion)
         self.checkpoint_reported = False
-        #: the timer that sends SIGKILL at the deadline
-        self.killer: asyncio.TimerHandle | None = None
+        #: the timers that send SIGKILL at the deadline (and SIGTERM, to processes started under
+        #: notice, halfway there)
+        self.signals: list[asyncio.TimerHandle] = []
 
     @property
     def under_notice(self) -> bool:
@@ -148,6 +149,9 @@ class Executor:
             status=self.follow_status)))
         await self.caught_up.wait()
         await self._sweep_checkpoints()
+        # what runs by the log and placement's snapshot: the follower launches it with the next
+        # live batch, which does not come while the log is quiet
+        self._launch_all()
         return self
 
     async def _operator_skips(self) -> set[int]:
@@ -186,7 +190,7 @@ class Executor:
                 end_ms = start_ms + int(round((w.spec.work_s - w.progress_s) * 1000 * scale))
                 placement = [ev.NodeGpus(node=node.name, gpu_ids=list(gpus)) for node, gpus in w.placement]
                 self.running[wid] = r = Running(wid, w.attempt, end_ms, w.spec, placement)
-                if w.notice is not None:  # under notice at the snapshot: not started again (_launch)
+                if w.notice is not None:  # under notice at the snapshot (_launch: what it does then)
                     r.checkpoint_reported = w.notice.checkpointed_s is not None
                     if r.checkpoint_reported:
                         r.notice_deadline_ms = state.ms(w.notice.deadline_s)
@@ -253,9 +257,7 @@ class Executor:
                             describe(exc))
                 log.debug("executor: the failure in full", exc_info=True)
         if live:
-            for r in list(self.running.values()):
-                if r.handle is None and not r.procs and not r.stopping:
-                    self._launch(r)
+            self._launch_all()
         if msgs:
             async with self.seq_changed:
                 self.seq_changed.notify_all()
@@ -286,8 +288,8 @@ class Executor:
                     r.stopping = True
                     if r.handle is not None:
                         r.handle.cancel()
-                    if r.killer is not None:
-                        r.killer.cancel()
+                    for t in r.signals:
+                        t.cancel()
                     if r.procs:
                         stopping = asyncio.ensure_future(self._terminate(r))
                         self._release_later(r, stopping)
@@ -338,12 +340,16 @@ class Executor:
 
         stopping.add_done_callback(released)
 
+    def _launch_all(self) -> None:
+        for r in list(self.running.values()):
+            if r.handle is None and not r.procs and not r.stopping:
+                self._launch(r)
+
     def _launch(self, r: Running) -> None:
-        if r.under_notice:
-            # noticed before it was launched (in the same batch, or before this executor
-            # restarted): a process started only to be stopped again would save nothing, placement
-            # preempts it at the deadline (its periodic checkpoint); simulated work writes its
-            # checkpoint in the storage model (its timer is the executor's, _storage_changed)
+        if r.under_notice and not self._relaunch_under_notice(r):
+            # simulated work writes its checkpoint in the storage model (its timer is the
+            # executor's, _storage_changed); a checkpoint reported already, or a deadline past,
+            # leaves nothing to do: placement preempts it
             return
         if self.kind == "process" and r.spec.command:
             r.handle = asyncio.ensure_future(self._run_processes(r))
@@ -351,6 +357,20 @@ class Executor:
             delay_s = max(0.0, (r.end_ms - self.clock.now_ms()) / 1000)
             r.handle = asyncio.get_running_loop().call_later(delay_s, self._finish_soon, r, 0)
         # manual clock: the driver's ``advance`` ends it
+
+    def _relaunch_under_notice(self, r: Running) -> bool:
+        """Whether to start the processes of work under notice that has none here: noticed
+        before it was launched (in the same batch, or while this executor was down: a restart
+        stopped its processes). Started under notice (``TIMESHARE_UNDER_NOTICE=1``, _notice_at_start),
+        a workload that honours its notice resumes from its checkpoint directory, writes it again
+        and exits 0: the executor reports
+        the checkpoint and placement hands the GPUs over in seconds, where waiting for the
+        deadline held them idle for up to the whole notice (Kubernetes' kubelet likewise
+        reconciles the pods it finds at its restart instead of leaving them to time out). It
+        keeps what its directory holds: the notice's checkpoint when the stopped process wrote
+        it before it died, else its last periodic one (docs/design/known-gaps.md)."""
+        return (self.kind == "process" and bool(r.spec.command) and not r.checkpoint_reported
+                and r.notice_deadline_ms is not None and self.clock.now_ms() < r.notice_deadline_ms)
 
     def _finish_soon(self, r: Running, exit_code: int) -> None:
         asyncio.ensure_future(self._report(r, exit_code, self.clock.now_ms()))
@@ -408,13 +428,13 @@ class Executor:
     def _notice(self, r: Running, deadline_ms: int, at_ms: int) -> None:
         """SIGTERM now, SIGKILL at the deadline (processes); simulated work starts writing its
         checkpoint in the storage model. Applied while catching up too: nothing runs yet then,
-        and ``_launch`` leaves work under notice alone."""
+        and ``_launch`` starts processes under notice with SIGTERM at once."""
         r.notice_deadline_ms = deadline_ms
         if self.kind == "process" and r.spec.command:
             if r.procs:  # else they are being started: _run_processes calls this again
                 self._signal(r, signal.SIGTERM)
                 delay_s = max(0.0, (deadline_ms - self.clock.now_ms()) / 1000)
-                r.killer = asyncio.get_running_loop().call_later(delay_s, self._signal, r, signal.SIGKILL)
+                r.signals.append(asyncio.get_running_loop().call_later(delay_s, self._signal, r, signal.SIGKILL))
             return
         # simulated, as the simulator models it (timeshare.sim.storage): the checkpoint takes its
         # declared time, longer when checkpoints written at once share too little bandwidth; its
@@ -422,6 +442,17 @@ class Executor:
         scale = 1.0 if self.clock.manual else self.settings.time_scale
         self.storage.add(r.workload_id, r.attempt, r.spec.checkpoint_size_gb, r.spec.notice_s * scale, at_ms)
         self._storage_changed()
+
+    def _notice_at_start(self, r: Running) -> None:
+        """Processes started under notice (_relaunch_under_notice) were told so by
+        ``TIMESHARE_UNDER_NOTICE=1``: write the checkpoint and exit 0 at once. A SIGTERM now
+        would meet a process that has not set up its handler yet (and kill it, checkpoint
+        unwritten), so the one that missed the variable gets SIGTERM halfway to the deadline;
+        SIGKILL at the deadline as for any notice."""
+        left_s = max(0.0, (r.notice_deadline_ms - self.clock.now_ms()) / 1000)
+        loop = asyncio.get_running_loop()
+        r.signals += [loop.call_later(left_s / 2, self._signal, r, signal.SIGTERM),
+                      loop.call_later(left_s, self._signal, r, signal.SIGKILL)]
 
     def _storage_changed(self) -> None:
         """Wall clock: one timer at the next checkpoint the storage finishes (the manual clock's
@@ -508,9 +539,10 @@ class Executor:
                    if (part.node, g) in self.releasing}
         if holders:  # the previous holders of these GPUs are still stopping
             await asyncio.gather(*holders, return_exceptions=True)
-            if r.stopping or r.under_notice:  # noticed meanwhile: nothing to start only to stop it
-                return
+            if r.stopping or (r.under_notice and not self._relaunch_under_notice(r)):
+                return  # noticed meanwhile: started only to write its checkpoint (_relaunch_under_notice)
         world = len(r.placement)
+        started_under_notice = r.under_notice
         try:
             ckpt_dir = checkpoint_dir(self.data_dir, self.cluster, r.workload_id)
             os.makedirs(ckpt_dir, exist_ok=True)
@@ -523,7 +555,8 @@ class Executor:
                         "TIMESHARE_RANK": str(rank), "TIMESHARE_WORLD_SIZE": str(world),
                         "TIMESHARE_NODE": part.node, "TIMESHARE_WORKLOAD_ID": r.workload_id,
                         "TIMESHARE_ATTEMPT": str(r.attempt), "TIMESHARE_CLUSTER": self.cluster,
-                        "TIMESHARE_CHECKPOINT_DIR": ckpt_dir, "TIMESHARE_NOTICE_S": str(self._notice_s(r.spec))})
+                        "TIMESHARE_CHECKPOINT_DIR": ckpt_dir, "TIMESHARE_NOTICE_S": str(self._notice_s(r.spec)),
+                        "TIMESHARE_UNDER_NOTICE": "1" if started_under_notice else "0"})
             try:
                 proc = await asyncio.create_subprocess_exec(*r.spec.command, env=env, start_new_session=True)
             except OSError as exc:
@@ -531,15 +564,17 @@ class Executor:
                 await self._terminate(r)
                 return
             r.procs.append(proc)
-        if r.under_notice:  # the notice came while they were starting
+        if started_under_notice:
+            self._notice_at_start(r)
+        elif r.under_notice:  # the notice came while they were starting
             self._notice(r, r.notice_deadline_ms, self.clock.now_ms())
         codes = await asyncio.gather(*(p.wait() for p in r.procs))
         if r.stopping:
             return
         bad = [c for c in codes if c != 0]
         if r.under_notice:
-            if r.killer is not None:
-                r.killer.cancel()
+            for t in r.signals:
+                t.cancel()
             # exited after SIGTERM: with 0 everywhere before the deadline it wrote its checkpoint;
             # otherwise (killed, or an error) placement ends it at the deadline with what its
             # periodic checkpoint kept (no completed/failed: this attempt ends by preemption)

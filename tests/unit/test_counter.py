@@ -139,3 +139,14 @@ def test_stale_directories_are_those_of_workloads_no_longer_live(tmp_path):
     (root / "a-link").symlink_to(tmp_path, target_is_directory=True)
     assert stale_checkpoint_dirs(str(tmp_path), "c", {"live"}) == ["a-link", "also-ended", "ended"]
     assert stale_checkpoint_dirs(str(tmp_path / "none"), "c", set()) == []
+
+
+def test_started_under_notice_it_saves_what_it_resumed_from_and_exits_at_once(tmp_path):
+    (tmp_path / "counter.json").write_text(json.dumps({"step": 7}))
+    env = dict(os.environ, TIMESHARE_CHECKPOINT_DIR=str(tmp_path), TIMESHARE_NOTICE_S="60",
+               TIMESHARE_UNDER_NOTICE="1", TIMESHARE_ATTEMPT="3", TIMESHARE_RANK="0")
+    proc = subprocess.run([sys.executable, str(COUNTER), "--work-s", "40", "--step-s", "5"], env=env, timeout=20)
+    assert proc.returncode == 0
+    doc = record(tmp_path, 3)
+    assert (doc["state"], doc["start_step"], doc["step"]) == ("checkpointed", 7, 7)
+    assert json.loads((tmp_path / "counter.json").read_text())["step"] == 7
