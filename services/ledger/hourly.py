@@ -65,13 +65,6 @@ def _sums() -> dict[str, float]:
     return defaultdict(float)
 
 
-def _ends(e: ev.Event) -> bool:
-    """The workload's last event: nothing about it follows."""
-    if isinstance(e, ev.WorkloadPreempted):
-        return not e.resumable
-    return isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled))
-
-
 class HourlyUsage:
     def __init__(self, tree: AllocationTree, pool_gpus: dict[str, int], nodes: dict[str, tuple[str, int]],
                  max_min_runtime_s: int):
@@ -154,7 +147,7 @@ class HourlyUsage:
         for (name, attr), sum_before in zip(WASTE, before):  # one definition of waste: the collector's
             if getattr(mc, attr) != sum_before:
                 self.waste[h][name] += getattr(mc, attr) - sum_before
-        if _ends(e):
+        if ev.ends_for_good(e):  # its last event: nothing about it follows
             self._forget(e.workload_id)
 
     def _forget(self, workload_id: str) -> None:
