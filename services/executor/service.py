@@ -20,7 +20,9 @@ processes at once and SIGKILL at the notice's deadline if they still run; proces
 ``workload.checkpointed`` (id ``ckpt.<workload>.<attempt>``) and placement hands the GPUs over
 then, instead of at the deadline. A simulated workload writes its checkpoint as the simulator
 models it (``timeshare.sim.storage``: its declared ``checkpoint_on_notice_s`` x ``time_scale``,
-longer when checkpoints written at once share too little of the cluster's bandwidth).
+longer when checkpoints written at once share too little of the cluster's bandwidth). Work under
+notice with no processes here (an executor restarted during the notice) is started again only to
+write its checkpoint: ``TIMESHARE_UNDER_NOTICE=1``, SIGTERM halfway to the deadline, SIGKILL at it.
 
 A workload's checkpoint directory is removed once the workload has ended for good (completed,
 failed, cancelled, preempted and not requeued: ``events.ends_for_good``), after its processes
@@ -360,15 +362,14 @@ class Executor:
 
     def _relaunch_under_notice(self, r: Running) -> bool:
         """Whether to start the processes of work under notice that has none here: noticed
-        before it was launched (in the same batch, or while this executor was down: a restart
-        stopped its processes). Started under notice (``TIMESHARE_UNDER_NOTICE=1``, _notice_at_start),
-        a workload that honours its notice resumes from its checkpoint directory, writes it again
-        and exits 0: the executor reports
-        the checkpoint and placement hands the GPUs over in seconds, where waiting for the
-        deadline held them idle for up to the whole notice (Kubernetes' kubelet likewise
-        reconciles the pods it finds at its restart instead of leaving them to time out). It
-        keeps what its directory holds: the notice's checkpoint when the stopped process wrote
-        it before it died, else its last periodic one (docs/design/known-gaps.md)."""
+        before it was launched (in the same batch, or while this executor was down: its stop
+        ended the processes). Started under notice (``TIMESHARE_UNDER_NOTICE=1``,
+        _notice_at_start), a workload that honours its notice resumes from its checkpoint
+        directory, writes it again and exits 0: the executor reports the checkpoint and placement
+        hands the GPUs over in seconds, where waiting for the deadline held them idle for up to
+        the whole notice. It keeps what its directory holds: the notice's checkpoint when the
+        stopped process wrote it before it died, else its last periodic one
+        (docs/design/known-gaps.md)."""
         return (self.kind == "process" and bool(r.spec.command) and not r.checkpoint_reported
                 and r.notice_deadline_ms is not None and self.clock.now_ms() < r.notice_deadline_ms)
 
@@ -428,7 +429,7 @@ class Executor:
     def _notice(self, r: Running, deadline_ms: int, at_ms: int) -> None:
         """SIGTERM now, SIGKILL at the deadline (processes); simulated work starts writing its
         checkpoint in the storage model. Applied while catching up too: nothing runs yet then,
-        and ``_launch`` starts processes under notice with SIGTERM at once."""
+        and ``_launch`` starts the processes under notice (``_relaunch_under_notice``)."""
         r.notice_deadline_ms = deadline_ms
         if self.kind == "process" and r.spec.command:
             if r.procs:  # else they are being started: _run_processes calls this again
