@@ -550,6 +550,12 @@ def _cmd_budget_report(args) -> int:
                  f"GPUs, {_num(r.get('preemptions'), 'g')} preemptions" + (f" ({reasons})" if reasons else "")
                  + (f", queue wait p50 {format_duration_s(wait['p50'])} p90 {format_duration_s(wait['p90'])} "
                     f"over {wait['count']} starts" if wait.get("count") and "p50" in wait and "p90" in wait else ""))
+    if "waste" in r or "wasted_gpu_hours" in r:  # a ledger from before waste was reported sends neither
+        w = r.get("waste") or {}
+        lines.append(f"wasted {_num(r.get('wasted_gpu_hours'), '.2f')} GPU-h: lost progress "
+                     f"{_num(w.get('lost_gpu_hours'), '.2f')}, checkpoints on notice "
+                     f"{_num(w.get('checkpoint_gpu_hours'), '.2f')} "
+                     f"({_num(w.get('per_1000_delivered_gpu_hours'), '.1f')} per 1,000 GPU-h delivered)")
     return _out(args, r, "\n".join(lines))
 
 

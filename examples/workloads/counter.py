@@ -15,7 +15,13 @@ Run by the process executor it reads (services/README.md, "Preemption with notic
   means "checkpoint now": it saves the step it reached and exits 0 (the executor reports the
   checkpoint and placement hands its GPUs over at once). Without one, SIGTERM means stop: it exits
   without saving, as the scheduler counts it (the work since its last periodic checkpoint is lost).
+* ``TIMESHARE_UNDER_NOTICE``: ``1`` when it is started under a notice already (the executor
+  restarted while its notice ran): it resumes, saves what it resumed from and exits 0 at once,
+  as on SIGTERM.
 * ``TIMESHARE_ATTEMPT``, ``TIMESHARE_RANK``: the attempt (names the record); only rank 0 writes.
+
+The executor removes the checkpoint directory once the workload has ended for good (completed,
+failed, cancelled): ``--record-dir`` keeps the attempts' records elsewhere, to read them after.
 
 Steps are timed from the attempt's start (step k ends at start + k x step_s), so a step is
 whole seconds of the attempt's run time, as the scheduler counts progress.
@@ -56,17 +62,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-s", type=int, required=True, help="declared work, in steps")
     p.add_argument("--step-s", type=float, default=1.0, help="seconds per step")
     p.add_argument("--checkpoint-every", type=int, default=10, metavar="K", help="periodic checkpoint every K steps")
+    p.add_argument("--record-dir", default=None, metavar="DIR",
+                   help="where each attempt's record goes (default: the checkpoint directory, removed at the end)")
     args = p.parse_args(argv)
     directory = os.environ.get("TIMESHARE_CHECKPOINT_DIR") or os.path.join(os.getcwd(), "counter-checkpoint")
     os.makedirs(directory, exist_ok=True)
     notice_s = float(os.environ.get("TIMESHARE_NOTICE_S") or 0)
     attempt = int(os.environ.get("TIMESHARE_ATTEMPT") or 1)
     writer = os.environ.get("TIMESHARE_RANK", "0") == "0"
-    record_path = os.path.join(directory, f"attempt-{attempt}.json")
+    record_dir = args.record_dir or directory
+    os.makedirs(record_dir, exist_ok=True)
+    record_path = os.path.join(record_dir, f"attempt-{attempt}.json")
 
     stop = {"signal": None}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(signal="SIGTERM"))
 
+    if notice_s > 0 and os.environ.get("TIMESHARE_UNDER_NOTICE") == "1":
+        stop["signal"] = "notice at start"  # the notice ran while it was down: checkpoint now
     start_step = step = read_step(directory)
     started = time.time()
 

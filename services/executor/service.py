@@ -20,7 +20,14 @@ processes at once and SIGKILL at the notice's deadline if they still run; proces
 ``workload.checkpointed`` (id ``ckpt.<workload>.<attempt>``) and placement hands the GPUs over
 then, instead of at the deadline. A simulated workload writes its checkpoint as the simulator
 models it (``timeshare.sim.storage``: its declared ``checkpoint_on_notice_s`` x ``time_scale``,
-longer when checkpoints written at once share too little of the cluster's bandwidth).
+longer when checkpoints written at once share too little of the cluster's bandwidth). Work under
+notice with no processes here (an executor restarted during the notice) is started again only to
+write its checkpoint: ``TIMESHARE_UNDER_NOTICE=1``, SIGTERM halfway to the deadline, SIGKILL at it.
+
+A workload's checkpoint directory is removed once the workload has ended for good (completed,
+failed, cancelled, preempted and not requeued: ``events.ends_for_good``), after its processes
+stopped; one that is requeued keeps it. An executor that was down when work ended removes those
+directories at its start, once it has caught up with the log (``checkpoints.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from ..common.ids import ended_id
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient, retry_transient
 from ..common.telemetry import extract_context, setup_telemetry
+from .checkpoints import checkpoint_dir, remove_checkpoint_dir, stale_checkpoint_dirs
 
 log = logging.getLogger("timeshare.executor")
 
@@ -52,18 +60,9 @@ log = logging.getLogger("timeshare.executor")
 CHECKPOINTED = "ckpt"
 
 
-def checkpoint_dir(base: str, cluster: str, workload_id: str) -> str:
-    """The workload's checkpoint directory, the same for every attempt: ``<base>/<cluster>/
-    checkpoints/<workload id>``. An id that is not one path segment is refused (the gateway's ids
-    are; a log written otherwise must not reach outside ``base``)."""
-    if not workload_id or workload_id in (".", "..") or "/" in workload_id or "\0" in workload_id:
-        raise ValueError(f"workload id {workload_id!r} cannot name a directory")
-    return os.path.join(base, cluster, "checkpoints", workload_id)
-
-
 class Running:
     __slots__ = ("workload_id", "attempt", "end_ms", "spec", "placement", "handle", "procs", "stopping",
-                 "started_seq", "trace_ctx", "notice_deadline_ms", "checkpoint_reported", "killer")
+                 "started_seq", "trace_ctx", "notice_deadline_ms", "checkpoint_reported", "signals")
 
     def __init__(self, workload_id, attempt, end_ms, spec, placement, started_seq: int = 0):
         self.workload_id = workload_id
@@ -82,8 +81,9 @@ class Running:
         self.notice_deadline_ms: int | None = None
         #: its checkpoint was reported (simulated: its work stopped at the notice, no completion)
         self.checkpoint_reported = False
-        #: the timer that sends SIGKILL at the deadline
-        self.killer: asyncio.TimerHandle | None = None
+        #: the timers that send SIGKILL at the deadline (and SIGTERM, to processes started under
+        #: notice, halfway there)
+        self.signals: list[asyncio.TimerHandle] = []
 
     @property
     def under_notice(self) -> bool:
@@ -128,6 +128,12 @@ class Executor:
         #: the log follower's position, lag and last error (for the health report)
         self.follow_status: dict = {}
         self.seq_changed = asyncio.Condition()
+        #: the log is followed live (past the history replayed at start): a workload that ends
+        #: for good now has its checkpoint directory removed at once; the ends replayed at start
+        #: are covered by one sweep once caught up (_sweep_checkpoints)
+        self.live = False
+        #: checkpoint directories being removed (awaited by ``stop``)
+        self.cleanups: set[asyncio.Future] = set()
 
     async def start(self, broker=None) -> "Executor":
         """``broker``: the faststream broker with this service's handlers (``main.py`` builds it);
@@ -144,6 +150,10 @@ class Executor:
             start_seq=start_seq, caught_up=self.caught_up, name=f"executor {self.cluster} log follower",
             status=self.follow_status)))
         await self.caught_up.wait()
+        await self._sweep_checkpoints()
+        # what runs by the log and placement's snapshot: the follower launches it with the next
+        # live batch, which does not come while the log is quiet
+        self._launch_all()
         return self
 
     async def _operator_skips(self) -> set[int]:
@@ -182,7 +192,7 @@ class Executor:
                 end_ms = start_ms + int(round((w.spec.work_s - w.progress_s) * 1000 * scale))
                 placement = [ev.NodeGpus(node=node.name, gpu_ids=list(gpus)) for node, gpus in w.placement]
                 self.running[wid] = r = Running(wid, w.attempt, end_ms, w.spec, placement)
-                if w.notice is not None:  # under notice at the snapshot: not started again (_launch)
+                if w.notice is not None:  # under notice at the snapshot (_launch: what it does then)
                     r.checkpoint_reported = w.notice.checkpointed_s is not None
                     if r.checkpoint_reported:
                         r.notice_deadline_ms = state.ms(w.notice.deadline_s)
@@ -210,6 +220,8 @@ class Executor:
                 r.handle.cancel()
             if r.procs:
                 await self._terminate(r)
+        if self.cleanups:
+            await asyncio.gather(*self.cleanups, return_exceptions=True)
         for t in self.tasks:
             t.cancel()
             try:
@@ -223,6 +235,7 @@ class Executor:
 
     # -- following the log ------------------------------------------------------------------
     async def _on_batch(self, msgs, live: bool) -> None:
+        self.live = live
         for m in msgs:
             seq = m.metadata.sequence.stream
             try:
@@ -246,9 +259,7 @@ class Executor:
                             describe(exc))
                 log.debug("executor: the failure in full", exc_info=True)
         if live:
-            for r in list(self.running.values()):
-                if r.handle is None and not r.procs and not r.stopping:
-                    self._launch(r)
+            self._launch_all()
         if msgs:
             async with self.seq_changed:
                 self.seq_changed.notify_all()
@@ -267,9 +278,11 @@ class Executor:
                 if r is not None and (e.attempt is None or e.attempt == r.attempt) and not r.under_notice:
                     self._notice(r, e.deadline_ms, e.at_ms)
             case ev.WorkloadPreempted() | ev.WorkloadCancelled() | ev.WorkloadFailed() | ev.WorkloadCompleted():
-                if not (isinstance(e, ev.WorkloadPreempted) and e.resumable):
-                    self.specs.pop(e.workload_id, None)  # ended for good: never started again
+                for_good = ev.ends_for_good(e)
+                if for_good:
+                    self.specs.pop(e.workload_id, None)  # never started again
                 r = self.running.pop(e.workload_id, None)
+                stopping = None
                 if e.workload_id in self.storage.writers:  # it stopped writing (as the simulator's storage)
                     self.storage.remove(e.workload_id, e.at_ms)
                     self._storage_changed()
@@ -277,10 +290,45 @@ class Executor:
                     r.stopping = True
                     if r.handle is not None:
                         r.handle.cancel()
-                    if r.killer is not None:
-                        r.killer.cancel()
+                    for t in r.signals:
+                        t.cancel()
                     if r.procs:
-                        self._release_later(r, asyncio.ensure_future(self._terminate(r)))
+                        stopping = asyncio.ensure_future(self._terminate(r))
+                        self._release_later(r, stopping)
+                if for_good and self.live:
+                    self._forget_checkpoint(e.workload_id, stopping)
+
+    # -- checkpoint directories -------------------------------------------------------------
+    def _forget_checkpoint(self, workload_id: str, stopping: asyncio.Future | None) -> None:
+        """Remove the directory of a workload that ended for good, once its processes (if any
+        still run) have stopped: none of them writes into a directory being removed."""
+        task = asyncio.ensure_future(self._remove_checkpoint(workload_id, stopping))
+        self.cleanups.add(task)
+        task.add_done_callback(self.cleanups.discard)
+
+    async def _remove_checkpoint(self, workload_id: str, stopping: asyncio.Future | None = None) -> None:
+        if stopping is not None:
+            await asyncio.wait([stopping])  # not gather: a cancelled wait must not cancel the stop
+        try:  # a thread: a checkpoint may be many files
+            if await asyncio.to_thread(remove_checkpoint_dir, self.data_dir, self.cluster, workload_id):
+                log.info("executor %s: removed the checkpoint directory of %s (ended for good)", self.cluster,
+                         workload_id)
+        except (OSError, ValueError) as exc:  # one directory it cannot remove must not stop the executor
+            log.warning("executor %s: cannot remove the checkpoint directory of %s: %s", self.cluster, workload_id,
+                        describe(exc))
+
+    async def _sweep_checkpoints(self) -> None:
+        """Once caught up: remove the directory of every workload that is no longer live (not
+        submitted-and-not-ended in the log or placement's snapshot), i.e. that ended for good
+        while this executor was down, or before its start's replay. Listed and compared in one
+        step of the event loop: a directory is created only for a workload it knows as live, and
+        an id that ended never becomes live again (the gateway refuses a used id), so nothing
+        created after the listing is removed."""
+        stale = stale_checkpoint_dirs(self.data_dir, self.cluster, self.specs)
+        for wid in stale:
+            await self._remove_checkpoint(wid)
+        if stale:
+            log.info("executor %s: swept %d checkpoint directories of workloads that ended", self.cluster, len(stale))
 
     def _release_later(self, r: Running, stopping: asyncio.Future) -> None:
         keys = [(part.node, g) for part in r.placement for g in part.gpu_ids]
@@ -294,12 +342,16 @@ class Executor:
 
         stopping.add_done_callback(released)
 
+    def _launch_all(self) -> None:
+        for r in list(self.running.values()):
+            if r.handle is None and not r.procs and not r.stopping:
+                self._launch(r)
+
     def _launch(self, r: Running) -> None:
-        if r.under_notice:
-            # noticed before it was launched (in the same batch, or before this executor
-            # restarted): a process started only to be stopped again would save nothing, placement
-            # preempts it at the deadline (its periodic checkpoint); simulated work writes its
-            # checkpoint in the storage model (its timer is the executor's, _storage_changed)
+        if r.under_notice and not self._relaunch_under_notice(r):
+            # simulated work writes its checkpoint in the storage model (its timer is the
+            # executor's, _storage_changed); a checkpoint reported already, or a deadline past,
+            # leaves nothing to do: placement preempts it
             return
         if self.kind == "process" and r.spec.command:
             r.handle = asyncio.ensure_future(self._run_processes(r))
@@ -307,6 +359,19 @@ class Executor:
             delay_s = max(0.0, (r.end_ms - self.clock.now_ms()) / 1000)
             r.handle = asyncio.get_running_loop().call_later(delay_s, self._finish_soon, r, 0)
         # manual clock: the driver's ``advance`` ends it
+
+    def _relaunch_under_notice(self, r: Running) -> bool:
+        """Whether to start the processes of work under notice that has none here: noticed
+        before it was launched (in the same batch, or while this executor was down: its stop
+        ended the processes). Started under notice (``TIMESHARE_UNDER_NOTICE=1``,
+        _notice_at_start), a workload that honours its notice resumes from its checkpoint
+        directory, writes it again and exits 0: the executor reports the checkpoint and placement
+        hands the GPUs over in seconds, where waiting for the deadline held them idle for up to
+        the whole notice. It keeps what its directory holds: the notice's checkpoint when the
+        stopped process wrote it before it died, else its last periodic one
+        (docs/design/known-gaps.md)."""
+        return (self.kind == "process" and bool(r.spec.command) and not r.checkpoint_reported
+                and r.notice_deadline_ms is not None and self.clock.now_ms() < r.notice_deadline_ms)
 
     def _finish_soon(self, r: Running, exit_code: int) -> None:
         asyncio.ensure_future(self._report(r, exit_code, self.clock.now_ms()))
@@ -364,13 +429,13 @@ class Executor:
     def _notice(self, r: Running, deadline_ms: int, at_ms: int) -> None:
         """SIGTERM now, SIGKILL at the deadline (processes); simulated work starts writing its
         checkpoint in the storage model. Applied while catching up too: nothing runs yet then,
-        and ``_launch`` leaves work under notice alone."""
+        and ``_launch`` starts the processes under notice (``_relaunch_under_notice``)."""
         r.notice_deadline_ms = deadline_ms
         if self.kind == "process" and r.spec.command:
             if r.procs:  # else they are being started: _run_processes calls this again
                 self._signal(r, signal.SIGTERM)
                 delay_s = max(0.0, (deadline_ms - self.clock.now_ms()) / 1000)
-                r.killer = asyncio.get_running_loop().call_later(delay_s, self._signal, r, signal.SIGKILL)
+                r.signals.append(asyncio.get_running_loop().call_later(delay_s, self._signal, r, signal.SIGKILL))
             return
         # simulated, as the simulator models it (timeshare.sim.storage): the checkpoint takes its
         # declared time, longer when checkpoints written at once share too little bandwidth; its
@@ -378,6 +443,17 @@ class Executor:
         scale = 1.0 if self.clock.manual else self.settings.time_scale
         self.storage.add(r.workload_id, r.attempt, r.spec.checkpoint_size_gb, r.spec.notice_s * scale, at_ms)
         self._storage_changed()
+
+    def _notice_at_start(self, r: Running) -> None:
+        """Processes started under notice (_relaunch_under_notice) were told so by
+        ``TIMESHARE_UNDER_NOTICE=1``: write the checkpoint and exit 0 at once. A SIGTERM now
+        would meet a process that has not set up its handler yet (and kill it, checkpoint
+        unwritten), so the one that missed the variable gets SIGTERM halfway to the deadline;
+        SIGKILL at the deadline as for any notice."""
+        left_s = max(0.0, (r.notice_deadline_ms - self.clock.now_ms()) / 1000)
+        loop = asyncio.get_running_loop()
+        r.signals += [loop.call_later(left_s / 2, self._signal, r, signal.SIGTERM),
+                      loop.call_later(left_s, self._signal, r, signal.SIGKILL)]
 
     def _storage_changed(self) -> None:
         """Wall clock: one timer at the next checkpoint the storage finishes (the manual clock's
@@ -464,9 +540,10 @@ class Executor:
                    if (part.node, g) in self.releasing}
         if holders:  # the previous holders of these GPUs are still stopping
             await asyncio.gather(*holders, return_exceptions=True)
-            if r.stopping or r.under_notice:  # noticed meanwhile: nothing to start only to stop it
-                return
+            if r.stopping or (r.under_notice and not self._relaunch_under_notice(r)):
+                return  # noticed meanwhile: started only to write its checkpoint (_relaunch_under_notice)
         world = len(r.placement)
+        started_under_notice = r.under_notice
         try:
             ckpt_dir = checkpoint_dir(self.data_dir, self.cluster, r.workload_id)
             os.makedirs(ckpt_dir, exist_ok=True)
@@ -479,7 +556,8 @@ class Executor:
                         "TIMESHARE_RANK": str(rank), "TIMESHARE_WORLD_SIZE": str(world),
                         "TIMESHARE_NODE": part.node, "TIMESHARE_WORKLOAD_ID": r.workload_id,
                         "TIMESHARE_ATTEMPT": str(r.attempt), "TIMESHARE_CLUSTER": self.cluster,
-                        "TIMESHARE_CHECKPOINT_DIR": ckpt_dir, "TIMESHARE_NOTICE_S": str(self._notice_s(r.spec))})
+                        "TIMESHARE_CHECKPOINT_DIR": ckpt_dir, "TIMESHARE_NOTICE_S": str(self._notice_s(r.spec)),
+                        "TIMESHARE_UNDER_NOTICE": "1" if started_under_notice else "0"})
             try:
                 proc = await asyncio.create_subprocess_exec(*r.spec.command, env=env, start_new_session=True)
             except OSError as exc:
@@ -487,15 +565,17 @@ class Executor:
                 await self._terminate(r)
                 return
             r.procs.append(proc)
-        if r.under_notice:  # the notice came while they were starting
+        if started_under_notice:
+            self._notice_at_start(r)
+        elif r.under_notice:  # the notice came while they were starting
             self._notice(r, r.notice_deadline_ms, self.clock.now_ms())
         codes = await asyncio.gather(*(p.wait() for p in r.procs))
         if r.stopping:
             return
         bad = [c for c in codes if c != 0]
         if r.under_notice:
-            if r.killer is not None:
-                r.killer.cancel()
+            for t in r.signals:
+                t.cancel()
             # exited after SIGTERM: with 0 everywhere before the deadline it wrote its checkpoint;
             # otherwise (killed, or an error) placement ends it at the deadline with what its
             # periodic checkpoint kept (no completed/failed: this attempt ends by preemption)

@@ -10,7 +10,11 @@ integrated up to that boundary and the hours before it are complete: each become
   ``<team>|<GPU type>`` (the bins ``attainment_of`` reads);
 * ``in_service``, ``busy``, ``unallocated``: GPU-seconds per GPU type (occupancy, unallocated share);
 * ``preemptions``: count per reason; ``waits_s``: the first queue wait of each workload that
-  first started in that hour.
+  first started in that hour;
+* ``waste_gpu_s``: GPU-seconds wasted by the ends in that hour, as the collector counts them
+  (``wasted_gpu_hours`` and its parts): ``lost`` (progress a preemption lost, the event's
+  ``lost_gpu_s``), ``checkpoint`` (GPU time held under notice writing a checkpoint, its
+  ``checkpoint_gpu_s``) and ``total`` (those two and the run time of failed work).
 
 The complete hours leave memory once written; only the open hour is kept live. A report over
 ``[from_s, to_s)`` reads the rows of its hours and, when it reaches past the last complete hour,
@@ -39,6 +43,9 @@ MAX_GAP_H = 400 * 24
 #: the four bins of attainment_of, keyed (team, GPU type)
 TEAM_RATES = ("delivered", "demand", "delivered_funded", "demand_funded")
 
+#: a row's waste, each the change of one of the collector's sums: (row key, collector attribute)
+WASTE = (("lost", "lost_gpu_s"), ("checkpoint", "checkpoint_gpu_s"), ("total", "wasted_gpu_s"))
+
 
 def _key(k) -> str:
     return f"{k[0]}|{k[1]}"
@@ -54,11 +61,8 @@ def _counts() -> dict[str, int]:
     return defaultdict(int)
 
 
-def _ends(e: ev.Event) -> bool:
-    """The workload's last event: nothing about it follows."""
-    if isinstance(e, ev.WorkloadPreempted):
-        return not e.resumable
-    return isinstance(e, (ev.WorkloadCompleted, ev.WorkloadFailed, ev.WorkloadCancelled))
+def _sums() -> dict[str, float]:
+    return defaultdict(float)
 
 
 class HourlyUsage:
@@ -72,6 +76,7 @@ class HourlyUsage:
         self.unallocated = _Rates()   # pool -> running GPUs of unallocated work
         self.preemptions: dict[int, dict[str, int]] = defaultdict(_counts)
         self.waits: dict[int, list[float]] = defaultdict(list)
+        self.waste: dict[int, dict[str, float]] = defaultdict(_sums)
         self.started = False
         #: the hour the latest event fell in: every hour before it is complete
         self.open_h: int | None = None
@@ -137,8 +142,12 @@ class HourlyUsage:
                         self.unallocated.change(pool, t, -gpus)
                 if isinstance(e, ev.WorkloadPreempted):
                     self.preemptions[h][e.reason.kind] += 1
+        before = [getattr(mc, attr) for _, attr in WASTE]
         mc.observe(e)
-        if _ends(e):
+        for (name, attr), sum_before in zip(WASTE, before):  # one definition of waste: the collector's
+            if getattr(mc, attr) != sum_before:
+                self.waste[h][name] += getattr(mc, attr) - sum_before
+        if ev.ends_for_good(e):  # its last event: nothing about it follows
             self._forget(e.workload_id)
 
     def _forget(self, workload_id: str) -> None:
@@ -184,6 +193,7 @@ class HourlyUsage:
                     bins.pop(hour, None)
             self.preemptions.pop(hour, None)
             self.waits.pop(hour, None)
+            self.waste.pop(hour, None)
         self.open_h = h
 
     def _row(self, hour: int) -> dict | None:
@@ -195,6 +205,8 @@ class HourlyUsage:
             row[name] = {k: b[hour] for k, b in sorted(rates.bins.items()) if b.get(hour)}
         row["preemptions"] = dict(sorted(self.preemptions.get(hour, {}).items()))
         row["waits_s"] = list(self.waits.get(hour, []))
+        waste = self.waste.get(hour, {})
+        row["waste_gpu_s"] = {name: waste.get(name, 0.0) for name, _ in WASTE}
         return row
 
     def open_rows(self, to_s: float) -> dict[int, dict]:
@@ -230,6 +242,7 @@ def report_from_rows(rows: list[dict], tree: AllocationTree, pool_gpus: dict[str
     in_service = busy = unallocated = 0.0
     preemptions: dict[str, int] = defaultdict(int)
     waits: list[float] = []
+    waste = {name: 0.0 for name, _ in WASTE}
     for row in rows:
         h = row["hour"]
         for name in TEAM_RATES:
@@ -242,6 +255,8 @@ def report_from_rows(rows: list[dict], tree: AllocationTree, pool_gpus: dict[str
         for reason, n in row["preemptions"].items():
             preemptions[reason] += n
         waits += row["waits_s"]
+        for name, gpu_s in row.get("waste_gpu_s", {}).items():  # rows stored before waste: none
+            waste[name] += gpu_s
     since_h = -math.inf if from_s is None else from_s / HOUR_S
     span_s = (first_s if first_s is not None else -math.inf, to_s)
     funded_teams, funded = mc.attainment_of(mc.delivered_funded, mc.demand_funded, since_h, span_s)
@@ -260,8 +275,21 @@ def report_from_rows(rows: list[dict], tree: AllocationTree, pool_gpus: dict[str
         "preemptions": sum(preemptions.values()), "preemptions_by_reason": dict(sorted(preemptions.items())),
         # the first queue wait of each workload that first started in the range
         "queue_wait_s": percentiles(waits),
+        # what the preemptions (and failures) of the range wasted, as the simulator reports it
+        **waste_report(waste["lost"], waste["checkpoint"], waste["total"], busy),
         "hours": len(rows),
     }
+
+
+def waste_report(lost_gpu_s: float, checkpoint_gpu_s: float, wasted_gpu_s: float, delivered_gpu_s: float) -> dict:
+    """The simulator's waste figures (``MetricsCollector.finish``): ``wasted_gpu_hours`` (progress
+    lost to preemption + GPU time writing checkpoints on notice + run time of failed work) and
+    its two preemption parts apart, with the total per 1,000 GPU-hours delivered."""
+    return {"wasted_gpu_hours": round(wasted_gpu_s / HOUR_S, 3),
+            "waste": {"lost_gpu_hours": round(lost_gpu_s / HOUR_S, 3),
+                      "checkpoint_gpu_hours": round(checkpoint_gpu_s / HOUR_S, 3),
+                      "per_1000_delivered_gpu_hours": round(1000 * wasted_gpu_s / delivered_gpu_s, 3)
+                      if delivered_gpu_s else 0.0}}
 
 
 def series_from_rows(rows: list[dict], tree: AllocationTree, pool_gpus: dict[str, int], max_min_runtime_s: int,

@@ -4,7 +4,9 @@ computed by the same function (``MetricsCollector.attainment_of``).
 owed(team, hour) = min(fraction x pool GPUs x 1 h, GPU-h the team's *funded* workloads (minimum
 runtime > 0 on a budget) asked for in that hour); attainment = sum of min(delivered, owed) / sum
 of owed, over the hours of [from_s, to_s). ``attainment_all_work`` counts every workload as owed
-(shown, never a target): unallocated time is free capacity promised to no one.
+(shown, never a target): unallocated time is free capacity promised to no one. Waste is the
+collector's too: ``wasted_gpu_hours`` and its parts ``waste.lost_gpu_hours`` (progress lost to
+preemption) and ``waste.checkpoint_gpu_hours`` (GPU time writing checkpoints on notice).
 """
 
 from __future__ import annotations
@@ -43,4 +45,5 @@ def attainment_report(events: list[ev.Event], tree: AllocationTree, pool_gpus: d
         "occupancy": metrics["occupancy"], "unallocated_share": metrics["unallocated_share"],
         "preemptions": metrics["preemptions"], "preemptions_by_reason": metrics["preemptions_by_reason"],
         "queue_wait_s": metrics["queue_wait_s"]["overall"],
+        "wasted_gpu_hours": metrics["wasted_gpu_hours"], "waste": metrics["waste"],
     }

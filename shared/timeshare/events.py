@@ -239,6 +239,15 @@ def event_type(event: _Event) -> str:
     return type(event).__struct_config__.tag  # type: ignore[return-value]  # a str for every event
 
 
+def ends_for_good(event: _Event) -> bool:
+    """Whether ``event`` ends its workload for good, so nothing of it runs again: completed,
+    failed, cancelled, or preempted and not requeued (not resumable). A resumable preemption is
+    followed by ``workload.requeued``: the workload runs again and resumes from what it kept."""
+    if isinstance(event, WorkloadPreempted):
+        return not event.resumable
+    return isinstance(event, (WorkloadCompleted, WorkloadFailed, WorkloadCancelled))
+
+
 def json_schema() -> dict:
     """JSON Schema of the whole event union (written to ``schemas/`` by ``make schemas``)."""
     _, components = msgspec.json.schema_components([Event], ref_template="#/$defs/{name}")

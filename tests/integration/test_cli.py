@@ -50,6 +50,7 @@ async def test_cli_submit_status_queue_budget_and_errors(stack):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("GPU-hours owed and delivered, 20") and "\nalpha/train " in r.stdout
     assert "fleet attainment" in r.stdout
+    assert "\nwasted 0.00 GPU-h: lost progress 0.00, checkpoints on notice 0.00 " in r.stdout  # nothing preempted
     r = await timeshare(stack, "tok-admin", "nodes", "--json")
     assert {n["name"] for n in json.loads(r.stdout)["nodes"]} == {"H100-000", "H100-001"}
     r = await timeshare(stack, "tok-carol", "cancel", wid)

@@ -126,6 +126,14 @@ async def _pages(stack, browser, screenshots: Path) -> None:
     ratio_cells = await page.locator('#tree td[title^="allocated GPU-s used in the window"]').all_inner_texts()
     assert ratio_cells and all(re.fullmatch(r"–|<0\.01×|\d+\.\d\d×", t) for t in ratio_cells), ratio_cells
     assert "funded attainment" in text and "preemptions" in text
+    # what the preemptions wasted, as the ledger's report says (the victim lost its progress)
+    async with client(stack, "tok-alice") as alice:
+        report = (await alice.get("/v1/report")).json()
+    waste = await page.inner_text("#waste")
+    assert report["waste"]["lost_gpu_hours"] > 0, report
+    assert waste.startswith(f"{report['wasted_gpu_hours']:.2f}") and \
+        f"lost progress {report['waste']['lost_gpu_hours']:.2f}, checkpoints on notice " \
+        f"{report['waste']['checkpoint_gpu_hours']:.2f}" in waste, waste
     assert await page.inner_text("#whoami") == "alice"
     # delivered vs owed over time: one bar per hour the ledger's series has, the axis named
     async with client(stack, "tok-alice") as alice:

@@ -7,7 +7,9 @@ used nothing in the window, asks twice for a node. Fair share takes the counter 
 other workload of alpha is protected). With a notice the counter checkpoints on SIGTERM, exits
 0, the executor reports it and beta starts then: the counter completes with no work lost (its
 attempts' steps sum to its declared work). Without a notice it loses the steps after its last
-periodic checkpoint, exactly what the log's ``lost_gpu_s`` says.
+periodic checkpoint, exactly what the log's ``lost_gpu_s`` says. Its checkpoint directory is
+kept across the attempts (each resumes from it) and removed once it has completed; the counter
+keeps its attempts' records in a folder of the test's (``--record-dir``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ async def _run(make_settings, tmp_path, notice_s: int | None, preempt_at_steps: 
     t0 = time.monotonic()
     cluster, bus = settings.cluster, stack["gateway"].bus
     ckpt_dir = tmp_path / "executor" / cluster / "checkpoints" / "counter"
+    record_dir = tmp_path / "records"
     try:
         async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
             r = await alice.post("/v1/workloads", json={
@@ -61,14 +64,15 @@ async def _run(make_settings, tmp_path, notice_s: int | None, preempt_at_steps: 
             body = {"id": "counter", "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": WORK_S,
                     "min_runtime_s": 2, "resumable": True, "checkpoint_interval_s": EVERY_S,
                     "command": [sys.executable, str(COUNTER), "--work-s", str(WORK_S),
-                                "--checkpoint-every", str(EVERY_S)]}
+                                "--checkpoint-every", str(EVERY_S), "--record-dir", str(record_dir)]}
             if notice_s is not None:
                 body["checkpoint_on_notice_s"] = notice_s
             r = await alice.post("/v1/workloads", json=body)
             assert r.status_code == 202, r.text
             for k, steps in enumerate(preempt_at_steps, start=1):
                 async def reached():
-                    doc = records(ckpt_dir).get(k)
+                    doc = records(record_dir).get(k)
+                    assert not doc or ckpt_dir.is_dir()  # kept across attempts: each resumes from it
                     return doc if doc and doc["step"] - doc["start_step"] >= steps else None
 
                 doc = await wait_for(reached, timeout_s=30, interval_s=0.01, what=f"attempt {k} at {steps} steps")
@@ -83,11 +87,14 @@ async def _run(make_settings, tmp_path, notice_s: int | None, preempt_at_steps: 
                                   timeout_s=20 + (notice_s or 0), what=f"beta-{k} to start")
             events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadCompleted, "counter"),
                                        timeout_s=60, what="the counter to complete")
+            # ended for good: the executor removes its checkpoint directory
+            await wait_for(lambda: asyncio.sleep(0, not ckpt_dir.exists()), timeout_s=10,
+                           what="the completed counter's checkpoint directory removed")
             if then is not None:
                 await then(stack)
     finally:
         await stack.stop()
-    return events, records(ckpt_dir), time.monotonic() - t0
+    return events, records(record_dir), time.monotonic() - t0
 
 
 async def _forged_checkpoints_are_refused(stack) -> None:
@@ -308,18 +315,19 @@ async def test_a_drain_gives_the_counter_its_notice_and_it_resumes_elsewhere_wit
     settings = make_settings(executor="process", executor_data_dir=str(tmp_path / "executor"), kill_grace_s=2.0)
     stack = await Stack(settings).start()
     cluster, bus = settings.cluster, stack["gateway"].bus
-    ckpt_dir = tmp_path / "executor" / cluster / "checkpoints" / "counter"
+    record_dir = tmp_path / "records"
     work_s = 8
     try:
         async with client(stack, "tok-alice") as alice, client(stack, "tok-health") as agent:
             r = await alice.post("/v1/workloads", json={
                 "id": "counter", "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": work_s,
                 "min_runtime_s": 2, "resumable": True, "checkpoint_interval_s": EVERY_S, "checkpoint_on_notice_s": 20,
-                "command": [sys.executable, str(COUNTER), "--work-s", str(work_s), "--checkpoint-every", str(EVERY_S)]})
+                "command": [sys.executable, str(COUNTER), "--work-s", str(work_s), "--checkpoint-every", str(EVERY_S),
+                            "--record-dir", str(record_dir)]})
             assert r.status_code == 202, r.text
             events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "counter"))
             node = of_type(events, ev.WorkloadStarted, "counter")[0].placement[0].node
-            await wait_for(lambda: asyncio.sleep(0, (records(ckpt_dir).get(1) or {}).get("step", 0) >= 3),
+            await wait_for(lambda: asyncio.sleep(0, (records(record_dir).get(1) or {}).get("step", 0) >= 3),
                            timeout_s=15, interval_s=0.02, what="the counter past its minimum runtime")
             r = await agent.post(f"/v1/nodes/{node}/health", json={"ok": False, "reason": "XID 79"})
             assert r.status_code in (200, 202), r.text
@@ -334,6 +342,66 @@ async def test_a_drain_gives_the_counter_its_notice_and_it_resumes_elsewhere_wit
     assert of_type(events, ev.NodeDrained)[0].node == node
     second = of_type(events, ev.WorkloadStarted, "counter")[1]
     assert second.placement[0].node != node
-    attempts = records(ckpt_dir)
+    attempts = records(record_dir)
     assert [a["state"] for a in attempts.values()] == ["checkpointed", "done"]
     assert sum(a["step"] - a["start_step"] for a in attempts.values()) == work_s
+
+
+async def test_a_counter_under_notice_when_the_executor_restarts_is_started_to_checkpoint_and_hands_over_at_once(
+        make_settings, tmp_path):
+    """The executor stops while the counter runs (its stop sends SIGTERM: the counter, which
+    declared a notice, saves its step and exits 0); the notice comes while it is down. The
+    restarted executor starts the counter again under notice (``TIMESHARE_UNDER_NOTICE=1``): it
+    resumes from its directory, saves that step and exits 0, the executor reports the checkpoint
+    and beta starts seconds later, not at the deadline 40 s on; the next attempt resumes from
+    the step the first process saved, nothing lost."""
+    notice_s = 40
+    settings = make_settings(executor="process", executor_data_dir=str(tmp_path / "executor"), kill_grace_s=5.0)
+    stack = await Stack(settings).start()
+    cluster, bus = settings.cluster, stack["gateway"].bus
+    ckpt_dir = tmp_path / "executor" / cluster / "checkpoints" / "counter"
+    record_dir = tmp_path / "records"
+    try:
+        async with client(stack, "tok-alice") as alice, client(stack, "tok-bob") as bob:
+            r = await alice.post("/v1/workloads", json={
+                "id": "protected", "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": 600,
+                "min_runtime_s": 600})
+            assert r.status_code == 202, r.text
+            r = await alice.post("/v1/workloads", json={
+                "id": "counter", "project": "alpha/train", "gpu_type": "H100", "gpus": GPUS, "work_s": 40,
+                "min_runtime_s": 1, "resumable": True, "checkpoint_interval_s": EVERY_S,
+                "checkpoint_on_notice_s": notice_s,
+                "command": [sys.executable, str(COUNTER), "--work-s", "40", "--checkpoint-every", str(EVERY_S),
+                            "--record-dir", str(record_dir)]})
+            assert r.status_code == 202, r.text
+            await wait_for(lambda: asyncio.sleep(0, (records(record_dir).get(1) or {}).get("step", 0) >= 3),
+                           timeout_s=20, interval_s=0.02, what="the counter at 3 steps")
+            await stack.stop_service("executor")
+            first = records(record_dir)[1]
+            saved = json.loads((ckpt_dir / "counter.json").read_text())["step"]
+            assert first["state"] == "checkpointed" and saved == first["step"] >= 3  # not a periodic one
+
+            r = await bob.post("/v1/workloads", json={"id": "beta-1", "project": "beta/debug", "gpu_type": "H100",
+                                                       "gpus": GPUS, "work_s": 2, "min_runtime_s": 2})
+            assert r.status_code == 202, r.text
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadPreemptionNotice, "counter"),
+                                       timeout_s=15, what="the notice while the executor is down")
+            await stack.start_service("executor")
+            events = await wait_events(bus, cluster, lambda es: of_type(es, ev.WorkloadStarted, "beta-1"),
+                                       timeout_s=notice_s + 10, what="beta-1 to start")
+            (notice,) = of_type(events, ev.WorkloadPreemptionNotice, "counter")
+            (checkpoint,) = of_type(events, ev.WorkloadCheckpointed, "counter")
+            (preempted,) = of_type(events, ev.WorkloadPreempted, "counter")
+            started = of_type(events, ev.WorkloadStarted, "beta-1")[0]
+            assert checkpoint.attempt == 1 and preempted.checkpointed is True and preempted.lost_gpu_s == 0
+            assert started.at_ms < notice.deadline_ms - notice_s * 1000 // 2, started.at_ms - notice.at_ms
+            # the process started under notice resumed from the saved step and wrote it again
+            again = records(record_dir)[1]
+            assert again["pid"] != first["pid"] and again["state"] == "checkpointed"
+            assert again["start_step"] == again["step"] == saved
+            # the next attempt resumes from it: nothing of the first process's work is lost
+            second = await wait_for(lambda: asyncio.sleep(0, records(record_dir).get(2)), timeout_s=30,
+                                    what="the counter's second attempt")
+            assert second["start_step"] == saved
+    finally:
+        await stack.stop()

@@ -236,3 +236,44 @@ async def test_a_series_of_an_unknown_node_or_a_bad_range_is_refused(fed_ledger,
     far = await ledger.series(node, None, None, 1)
     assert far["status"] == 400 and "bucket_h of at least 2" in far["error"]
     assert len((await ledger.series(node, None, None, None))["buckets"]) == 2
+
+
+async def test_the_report_shows_the_waste_of_the_preemptions_in_its_range():
+    """Lost progress, checkpoint time and their total, as the simulator's metrics count them,
+    over the hours of the range (the scenario with notices: both parts occur)."""
+    path = DATA / "parity-notice.toml"
+    scenario = load_scenario(path)
+    events: list[ev.Event] = []
+    sim = run(scenario, "budget", on_event=events.append)
+    settings = Settings(database_url="memory", cluster_file=str(path), cluster="parity-notice")
+    ledger = Ledger(settings, load_cluster(path, "parity-notice"), ManualClock(events[-1].at_ms))
+    await ledger.store.open()
+    await feed(ledger, events)
+    await ledger.write_hourly_rows()
+    preempted = [e for e in events if isinstance(e, ev.WorkloadPreempted)]
+    lost_s = sum(e.lost_gpu_s for e in preempted)
+    checkpoint_s = sum(e.checkpoint_gpu_s or 0 for e in preempted)
+    assert lost_s > 0 and checkpoint_s > 0, (lost_s, checkpoint_s)
+
+    got = await ledger.report(None, None)
+    assert got["waste"]["lost_gpu_hours"] == round(lost_s / HOUR_S, 3)
+    assert got["waste"]["checkpoint_gpu_hours"] == round(checkpoint_s / HOUR_S, 3)
+    # the simulator's own figures over the same events, and the report from the raw journal
+    assert got["wasted_gpu_hours"] == sim.metrics["wasted_gpu_hours"]
+    assert {k: got["waste"][k] for k in ("lost_gpu_hours", "checkpoint_gpu_hours")} == \
+        {k: sim.metrics["waste"][k] for k in ("lost_gpu_hours", "checkpoint_gpu_hours")}
+    want = raw_report(ledger, events, None, max(ledger.clock.now_ms(), ledger.last_ms) / 1000)
+    assert (got["wasted_gpu_hours"], got["waste"]) == (want["wasted_gpu_hours"], want["waste"])
+
+    # hour by hour: the preemptions of each hour, and the hours add up to the whole
+    first_h, last_h = int(events[0].at_ms // 1000 // HOUR_S), int(events[-1].at_ms // 1000 // HOUR_S)
+    total_lost = 0.0
+    for h in range(first_h, last_h + 1):
+        part = await ledger.report(h * HOUR_S, (h + 1) * HOUR_S)
+        in_hour = [e for e in preempted if h * HOUR_S <= e.at_ms / 1000 < (h + 1) * HOUR_S]
+        assert part["waste"]["lost_gpu_hours"] == round(sum(e.lost_gpu_s for e in in_hour) / HOUR_S, 3), h
+        assert part["waste"]["checkpoint_gpu_hours"] == \
+            round(sum(e.checkpoint_gpu_s or 0 for e in in_hour) / HOUR_S, 3), h
+        total_lost += sum(e.lost_gpu_s for e in in_hour)
+    assert total_lost == lost_s
+    await ledger.store.close()

@@ -270,7 +270,9 @@ REPORT = {"from_s": 1796135520 - 2 * 86400, "to_s": 1796135520.0,
                     "beta/debug": {"fraction": 0.5, "owed_gpu_hours": 0.0, "delivered_gpu_hours": 0.0, "attainment": None}},
           "attainment": {"fleet": 0.9, "min_team": 0.9, "teams_at_or_above_95": 0, "teams": 1},
           "occupancy": 0.75, "unallocated_share": 0.1, "preemptions": 2, "preemptions_by_reason": {"fair_share": 2},
-          "queue_wait_s": {"count": 4, "mean": 60.0, "p50": 30.0, "p90": 600.0, "p99": 600.0, "max": 600.0}}
+          "queue_wait_s": {"count": 4, "mean": 60.0, "p50": 30.0, "p90": 600.0, "p99": 600.0, "max": 600.0},
+          "wasted_gpu_hours": 1.25, "waste": {"lost_gpu_hours": 0.5, "checkpoint_gpu_hours": 0.75,
+                                              "per_1000_delivered_gpu_hours": 100.0}}
 
 
 def test_budget_report_asks_from_two_days_ago_to_the_ledgers_now_and_prints_a_table(gateway, capsys):
@@ -288,6 +290,8 @@ def test_budget_report_asks_from_two_days_ago_to_the_ledgers_now_and_prints_a_ta
     assert out[4] == "fleet attainment 90.0%, lowest team 90.0%, 0 of 1 teams at or above 95%"
     assert out[5] == ("occupancy 75.0%, unallocated work 10.0% of busy GPUs, 2 preemptions (fair_share 2), "
                       "queue wait p50 30s p90 10m over 4 starts")
+    assert out[6] == ("wasted 1.25 GPU-h: lost progress 0.50, checkpoints on notice 0.75 "
+                      "(100.0 per 1,000 GPU-h delivered)")
 
 
 def test_budget_report_takes_utc_dates(gateway, capsys):

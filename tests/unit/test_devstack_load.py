@@ -51,3 +51,26 @@ def test_the_demo_submits_the_notice_a_workload_declares_scaled_like_its_other_d
     assert (body["checkpoint_on_notice_s"], body["checkpoint_gb"]) == (2, 64.0) and "suspends_on_notice" not in body
     plain = WorkloadSpec(id="p", submit_s=0, project="a/b", gpu_type="H100", gpus=1, work_s=600)
     assert not {"checkpoint_on_notice_s", "checkpoint_gb", "suspends_on_notice"} & set(request_of(plain, 60))
+
+
+def test_the_demo_flows_training_and_evaluation_declare_notices_and_debug_none():
+    """As the built-in scenario (examples/ai2-like): training and evaluation checkpoint on notice
+    within 60-120 s, sized by their GPUs; debug jobs have none; each reaches the gateway's body."""
+    config = load_cluster(DEFAULT_CLUSTER_FILE)
+    by_kind: dict[str, list] = {}
+    for w in config.scenario.workloads:
+        by_kind.setdefault(w.kind, []).append(w)
+    assert set(by_kind) == {"debug", "training", "eval"}
+    for kind, gb_per_gpu in (("training", 8), ("eval", 2)):
+        for w in by_kind[kind]:
+            assert 60 <= w.checkpoint_on_notice_s <= 120, (kind, w)
+            assert w.checkpoint_gb == pytest.approx(gb_per_gpu * w.gpus), (kind, w)
+            body = request_of(w, 60)
+            assert body["checkpoint_on_notice_s"] == max(1, int(w.checkpoint_on_notice_s / 60))
+            assert body["checkpoint_gb"] == w.checkpoint_gb and "suspends_on_notice" not in body
+    # larger gangs take longer to checkpoint
+    training = sorted(by_kind["training"], key=lambda w: w.gpus)
+    assert training[0].checkpoint_on_notice_s == 60 and training[-1].checkpoint_on_notice_s == 120
+    for w in by_kind["debug"]:
+        assert not {"checkpoint_on_notice_s", "checkpoint_gb", "suspends_on_notice"} & set(request_of(w, 60))
+    assert config.policy.preemption_notice  # and the demo's policy gives them

@@ -110,6 +110,15 @@ const swatch = (colour) => el("span", { class: "swatch", style: `background:${co
 // -- pages ---------------------------------------------------------------------------------
 const RANGES = { "1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400, "all": null };
 
+// what the range's preemptions wasted (the simulator's figures): lost progress + GPU time
+// writing checkpoints on notice (+ run time of failed work)
+function wasteFact(report) {
+  const w = report.waste || {};
+  return el("div", { id: "waste", title: `${num(w.per_1000_delivered_gpu_hours, 1)} per 1,000 GPU-h delivered` },
+    el("b", {}, num(report.wasted_gpu_hours, 2)),
+    `wasted GPU-h (lost progress ${num(w.lost_gpu_hours, 2)}, checkpoints on notice ${num(w.checkpoint_gpu_hours, 2)})`);
+}
+
 async function renderTree(main) {
   // default: since the first event (a range reaching before it would count idle hours the
   // cluster did not exist); the ledger refuses a journal over 400 days: then the last 7 days
@@ -187,7 +196,8 @@ async function renderTree(main) {
       el("div", {}, el("b", {}, pct(report.attainment && report.attainment.fleet)), "funded attainment (fleet)"),
       el("div", {}, el("b", {}, pct(report.occupancy)), "occupancy"),
       el("div", {}, el("b", {}, pct(report.unallocated_share)), "unallocated share"),
-      el("div", {}, el("b", {}, report.preemptions ?? "–"), "preemptions")) : el("p", { class: "error" }, `report: ${reportError}`),
+      el("div", {}, el("b", {}, report.preemptions ?? "–"), "preemptions"),
+      wasteFact(report)) : el("p", { class: "error" }, `report: ${reportError}`),
     el("table", { id: "tree" },
       el("thead", {}, el("tr", {}, ["node", "share", "fraction", "GPUs now", "usage ratio", "owed GPU-h", "delivered GPU-h",
         "attainment", "delivered (fill) vs owed (line)"].map((h, i) => el("th", { class: i && i < 8 ? "num" : "" }, h)))),
