@@ -265,8 +265,8 @@ class _Context:
             # the search itself, on this node alone: what it could have taken there
             found = self.plans[node.index] = (find_victims(
                 self.state, self.pool, gpus, self.rules.may_preempt, self.rules.cost, only=[node],
-                exclude=self.exclude, caps=self.rules.cap, by_fit=True, capped=capped, free_limit=self.free_limit,
-                fill_after=self.rules.fill_after),
+                exclude=self.exclude, caps=self.rules.caps, by_fit=True, capped=capped, free_limit=self.free_limit,
+                fill_after=self.rules.fill_after, side_caps=self.rules.side_caps),
                 bool(capped))
         plan = found[0]
         if plan is None:

@@ -282,12 +282,14 @@ class _Pass:
     def rejected(self, w: Workload, victims: list[Workload], nodes: list[Node],
                  victims_of: dict[str, VictimLimit], exclude: frozenset[int],
                  unallocated_from: dict[str, tuple[str, str]] | None = None, free_limit: int = -1,
+                 unallocated_caps: dict[str, tuple[str, int]] | None = None,
                  ) -> tuple[int, tuple[ev.RejectedCandidate, ...]] | None:
         """The candidates a preemption for ``w`` did not take and why, when asked for (None: not
         asked); from the state as the search saw it, so before the decision is applied."""
         if not self.explain_rejected:
             return None
-        rules = VictimRules(self.state, self.view, w.leaf, victims_of, unallocated_from, self.now_s, w)
+        rules = VictimRules(self.state, self.view, w.leaf, victims_of, unallocated_from, self.now_s, w,
+                            unallocated_caps)
         reservation = self.reservation
         return rejected_candidates(self.state, self.pool, w, victims, nodes, rules, exclude,
                                    reservation.workload_id if reservation is not None and exclude else None,
@@ -595,7 +597,7 @@ def _phase4_everything_else(p: _Pass) -> None:
         nodes, victims, _ = plan
         if not state.storage_admits(victims):
             continue  # rule "storage" (as in phase 3; not a failure a larger request would share)
-        spared = p.rejected(w, victims, nodes, {}, exclude, richer, free_limit)
+        spared = p.rejected(w, victims, nodes, {}, exclude, richer, free_limit, side_caps)
         reasons: list[ev.PreemptionReason] = []
         for v in victims:
             a, b = richer[v.leaf]
@@ -730,7 +732,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
 
     if not cached:
         rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
-        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude, caps=rules.cap, side_caps=rules.side_caps,
+        plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, exclude=exclude, caps=rules.caps,
+                            side_caps=rules.side_caps,
                             by_fit=True, fill_after=rules.fill_after, free_limit=free_limit)
     elif gpus > gpn:
         rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
@@ -749,7 +752,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         if len(takeable) * gpn < gpus:
             return None
         plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
-                            caps=rules.cap, side_caps=rules.side_caps, by_fit=True, fill_after=rules.fill_after, capped=capped, exclude=exclude)
+                            caps=rules.caps, side_caps=rules.side_caps, by_fit=True, fill_after=rules.fill_after,
+                            capped=capped, exclude=exclude)
     else:
         memo_key = (gpu_type, leaf, memo_space)
         memo: FailedSearches | None = state.caches.failed.get(memo_key)
@@ -769,7 +773,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 changed = [n for n in changed if _usable_free(n, free_limit) + n.unallocated >= gpus]
             if changed:
                 rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, side_caps=rules.side_caps, by_fit=True,
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.caps,
+                                    side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped, only=changed, exclude=exclude,
                                     free_limit=free_limit)
             else:
@@ -777,11 +782,13 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         else:
             rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
             if victims_of:
-                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.cap, side_caps=rules.side_caps, by_fit=True,
+                plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.caps,
+                                    side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped, exclude=exclude, free_limit=free_limit)
             else:  # as above, over every open node
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
-                                    caps=rules.cap, side_caps=rules.side_caps, by_fit=True, fill_after=rules.fill_after, capped=capped,
+                                    caps=rules.caps, side_caps=rules.side_caps, by_fit=True,
+                                    fill_after=rules.fill_after, capped=capped,
                                     exclude=exclude, free_limit=free_limit, only=[n for n in pool.open_nodes(gpus, exclude)
                                           if _usable_free(n, free_limit) + n.unallocated >= gpus])
         if plan is None and not capped:

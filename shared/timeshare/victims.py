@@ -69,7 +69,7 @@ class VictimRules:
     the leaves whose unallocated work may go."""
 
     __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
-                 "allocated_side", "requester_gpus", "debug", "limited_storage", "unallocated_caps", "side_caps")
+                 "allocated_side", "requester_gpus", "debug", "limited_storage", "unallocated_caps", "side_caps", "caps")
 
     def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, VictimLimit],
                  unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds,
@@ -93,6 +93,9 @@ class VictimRules:
         self.unallocated_caps = unallocated_caps
         self.side_caps: Callable[[Workload], tuple[str, int] | None] | None = \
             self.side_cap if unallocated_caps else None
+        # (no allocated victim, no cap: find_victims then skips spreading a node's victims over
+        # groups, which only reorders allocated ones)
+        self.caps: Callable[[Workload], tuple[str, int] | None] | None = self.cap if victims_of else None
 
     def may_preempt(self, v: Workload) -> bool:
         # under notice already (its GPUs are promised), or its checkpoint would not fit the
