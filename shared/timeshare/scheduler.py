@@ -789,8 +789,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
                                     caps=rules.caps, side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped,
-                                    exclude=exclude, free_limit=free_limit, only=[n for n in pool.open_nodes(gpus, exclude)
-                                          if _usable_free(n, free_limit) + n.unallocated >= gpus])
+                                    exclude=exclude, free_limit=free_limit,
+                                    only=pool.reachable_nodes(gpus, exclude, free_limit))
         if plan is None and not capped:
             if not narrowed or gpus == memo.size:
                 memo.seq, memo.key, memo.size = pool.change_seq, eligible_key, gpus
