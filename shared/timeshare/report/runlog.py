@@ -9,6 +9,7 @@ the same way the metrics collector reads them, so the pictures agree with ``metr
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,7 +89,7 @@ class RunLog:
 
 # Slim views of the events: only the fields the report reads. Decoding into these skips
 # building full WorkloadSpec / PreemptionReason structs, about half the cost on 30-day logs.
-class _Spec(msgspec.Struct):
+class _Spec(msgspec.Struct, gc=False):
     id: str
     project: str
     gpu_type: str
@@ -97,11 +98,11 @@ class _Spec(msgspec.Struct):
     min_runtime_s: int = 0
 
 
-class _Reason(msgspec.Struct):
+class _Reason(msgspec.Struct, gc=False):
     kind: str
 
 
-class _Slim(msgspec.Struct, tag_field="type"):
+class _Slim(msgspec.Struct, tag_field="type", gc=False):
     at_ms: int
 
 
@@ -173,10 +174,14 @@ _SLIM = {ev.WorkloadSubmitted: _Submitted, ev.WorkloadStarted: _Started, ev.Work
          ev.NodeUnhealthy: _Unhealthy, ev.NodeFailed: _NodeFailed, ev.NodeDrained: _Drained,
          ev.NodeRepaired: _Repaired, ev.MinRuntimeReached: _MinRuntime, ev.WorkloadRequeued: _Requeued,
          ev.BudgetChanged: _BudgetChanged}
+# Every other event type (notices, checkpoints, ... and any added to events.py later) as a bare
+# slim view, so one log decodes with the slim union alone: a tag it does not know would send the
+# whole file to the full decoder, the slower path.
+for _t in typing.get_args(ev.Event):
+    if _t not in _SLIM:
+        _SLIM[_t] = msgspec.defstruct(f"_{_t.__name__}", [], bases=(_Slim,), tag=_t.__struct_config__.tag)
 _SLIM_OF = {v: k for k, v in _SLIM.items()}  # slim type -> the event type it stands for
-_slim_decoder = msgspec.json.Decoder(_Started | _Submitted | _Preempted | _Ended | _Failed | _Cancelled |
-                                     _Unhealthy | _NodeFailed | _Drained | _Repaired | _MinRuntime |
-                                     _Requeued | _BudgetChanged)
+_slim_decoder = msgspec.json.Decoder(typing.Union[tuple(_SLIM.values())])
 _full_decoder = msgspec.json.Decoder(ev.Event)
 
 
