@@ -1,6 +1,7 @@
 """``report.html``: one self-contained page comparing the policies of a simulation.
 
-Figures are PNGs embedded as base64 data URIs so the file opens offline and can be mailed.
+Figures are inline SVG (svg.py) drawn from binned series, so the file opens offline, can be
+mailed, and costs about a second to write for a month of three policies.
 Curves come from each policy's ``events.jsonl``; every number printed comes from the metrics
 dicts that ``timeshare simulate`` also writes to ``metrics.json``.
 """
@@ -20,14 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from ..durations import format_duration_s
-from . import figures, gantt, series, tables
+from . import figures, gantt, series, svg, tables
+from .palette import HOUR_S, bin_hours, program_colors, team_colors
 from .runlog import GpuRows, RunLog, fold_events, read_events
-from .style import HOUR_S, bin_hours, png_data_uri, program_colors, team_colors
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1450px; color: #222; }
 h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
-figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figure { margin: 1.2em 0; }
 figcaption { font-size: .9em; color: #444; max-width: 1100px; }
 table.metrics { border-collapse: collapse; font-size: .85em; margin: .5em 0; }
 table.metrics td, table.metrics th { border: 1px solid #ddd; padding: 2px 8px; }
@@ -50,9 +51,8 @@ def _end_s(result) -> float:
     return float(result.end_s)
 
 
-def _figure(img_uri: str, caption: str, fig_id: str) -> str:
-    return (f'<figure id="{fig_id}"><img src="{img_uri}" alt="{escape(fig_id)}">'
-            f"<figcaption>{caption}</figcaption></figure>")
+def _figure(body: str, caption: str, fig_id: str) -> str:
+    return f'<figure id="{fig_id}">{body}<figcaption>{caption}</figcaption></figure>\n'
 
 
 @dataclass
@@ -214,7 +214,8 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
     parts += ["<h2>Teams</h2>", tables.teams_table(metrics)]
     parts.append(f'<p class="settings">rendered in {time.perf_counter() - t_start:.1f} s</p>')
     page = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>timeshare: "
-            f"{escape(scenario.name)}</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")
+            f"{escape(scenario.name)}</title><style>{_CSS}{svg.CSS}</style></head><body>{svg.DEFS}{''.join(parts)}"
+            "</body></html>\n")
     out = out_dir / "report.html"
     out.write_text(page)
     return out
@@ -253,7 +254,7 @@ def _any_checkpoints(metrics: dict[str, dict]) -> bool:
 
 
 def _render(figure_fn, args: tuple) -> str:
-    return png_data_uri(figure_fn(*args))
+    return figure_fn(*args)
 
 
 def _settings(scenario, metrics: dict) -> str:
@@ -270,7 +271,7 @@ def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, te
     """Everything drawn from one policy's log alone (runs in a worker process)."""
     log = fold_events(read_events(events_path), policy, end_s, ctx.teams, ctx.rows)
     view = ctx.view
-    cluster = _figure(png_data_uri(gantt.draw_gantt(log, ctx.rows, view, ctx.colors)), (
+    cluster = _figure(gantt.draw_gantt(log, ctx.rows, view, ctx.colors), (
         f"<b>{escape(policy)}</b>: one row per GPU, {escape(view.describe(ctx.gpus_per_node))}; time "
         f"{view.start_s / HOUR_S:.1f} h to {view.end_s / HOUR_S:.1f} h of the run (choose another range with "
         "<code>timeshare report --window</code>). One bar per run of a workload, coloured by team with a "
@@ -283,8 +284,7 @@ def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, te
     hours = bin_hours(log.end_s)
     titles = [_attainment_title(fractions[t], team_metrics.get(t, {}).get("attainment"),
                                 team_metrics.get(t, {}).get("owed_gpu_hours")) for t in teams]
-    delivery = [_figure(png_data_uri(figures.delivery_figure(policy, th, teams, titles, hours,
-                                                             [ctx.colors[t] for t in teams])),
+    delivery = [_figure(figures.delivery_figure(policy, th, teams, titles, hours, [ctx.colors[t] for t in teams]),
                         f"<b>{escape(policy)}</b>, per team: solid = GPU time delivered to funded work, hatched "
                         "= delivered to other work (minimum runtime 0, owed to no one), black line = owed to "
                         f"funded work; mean GPUs over each {hours} h bin.",
@@ -294,8 +294,8 @@ def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, te
     for i, idx in enumerate(programs.values()):
         got = series.attainment(prog.funded[i], prog.owed[i])
         ptitles.append(_attainment_title(sum(fractions[teams[j]] for j in idx), got, prog.owed[i].sum() / HOUR_S))
-    delivery.append(_figure(png_data_uri(figures.delivery_figure(
-        policy, prog, list(programs), ptitles, hours, [program_colors(teams)[p] for p in programs])),
+    delivery.append(_figure(figures.delivery_figure(
+        policy, prog, list(programs), ptitles, hours, [program_colors(teams)[p] for p in programs]),
         f"<b>{escape(policy)}</b>, per program (first path component; attainment here is computed from the "
         "summed team series, not a metrics.json field).", f"fig-delivery-programs-{policy}"))
 
