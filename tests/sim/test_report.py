@@ -260,7 +260,7 @@ def test_curves_from_events_agree_with_metrics(run_dir):
 def test_time_range_and_row_thinning(run_dir):
     scenario = load_scenario(run_dir.parent / "tiny.toml")
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    out = write_report(run_dir, scenario, metrics, window=(6 * 3600, 12 * 3600), max_gpu_rows=8, jobs=1)
+    out = write_report(run_dir, scenario, metrics, window=(6 * 3600, 12 * 3600), max_gpu_rows=8)
     text = out.read_text()
     assert "6.0 h to 12.0 h" in text
     assert "every 4th GPU: 8 of 32 rows" in text

@@ -88,10 +88,12 @@ def draw_gantt(log: RunLog, rows: GpuRows, view: GanttView, colors: dict[str, tu
     x1 = np.minimum(t1[keep], view.end_s)
     xi = np.clip(log.seg_interruptible_from_s[seg], x0, x1)
 
+    # a shade per workload run shown (a month has tens of thousands; two days show a few thousand)
+    shown, bar_of = np.unique(seg, return_inverse=True)
     base = np.array([colors[t][:3] for t in log.teams])
-    seg_rgb = _workload_shades(base[log.seg_team], log.seg_workload) if len(log.seg_team) else np.zeros((0, 3))
-    seg_hex = ["#%02x%02x%02x" % tuple(c) for c in np.clip(np.round(seg_rgb * 255), 0, 255).astype(int).tolist()]
-    fills = [seg_hex[i] for i in seg.tolist()]
+    rgb = _workload_shades(base[log.seg_team[shown]], [log.seg_workload[i] for i in shown.tolist()])
+    shade = ["#%02x%02x%02x" % tuple(c) for c in np.clip(np.round(rgb * 255), 0, 255).astype(int).tolist()]
+    fills = [shade[i] for i in bar_of.tolist()]
 
     n_rows = view.shown_rows
     row_px = min(3.0, max(1.2, 600 / max(1, n_rows)))
@@ -110,7 +112,7 @@ def draw_gantt(log: RunLog, rows: GpuRows, view: GanttView, colors: dict[str, tu
     preempted = (log.seg_end[seg] == 2) & (t1[keep] <= view.end_s)
     if preempted.any():
         p.vticks(x1[preempted] / scale_s, y[preempted] - 0.5, y[preempted] + 0.5, "#e00000", 1.6)
-    teams_shown = sorted({log.teams[i] for i in np.unique(log.seg_team[seg])}) if len(seg) else []
+    teams_shown = sorted({log.teams[i] for i in np.unique(log.seg_team[shown])})
     keys = [svg.key("fill", colors[t], t) for t in teams_shown]
     keys += [svg.key("hatch", "#000", "interruptible"), svg.key("line", "#e00000", "preempted"),
              svg.key("band", "#808080", "node out of service")]

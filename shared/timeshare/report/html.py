@@ -9,11 +9,7 @@ dicts that ``timeshare simulate`` also writes to ``metrics.json``.
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -57,7 +53,7 @@ def _figure(body: str, caption: str, fig_id: str) -> str:
 
 @dataclass
 class _Context:
-    """What every part of the report needs; small, so it pickles cheaply to worker processes."""
+    """What every part of the report needs."""
 
     rows: GpuRows
     teams: list[str]
@@ -96,66 +92,48 @@ def report_context(out_dir: Path, scenario, end_s: float, window: tuple[float, f
 
 
 class EarlyReport:
-    """The report started while the simulation still runs: each policy's part (reading its
-    events, the cluster picture, delivery figures, usage-ratio curves; most of the report's
-    time) is drawn in a worker process as soon as that policy's run ends, while the next
-    policy simulates. :meth:`finish` adds the figures that compare policies and writes the
-    page (:func:`write_report`; the parts are drawn again there only if a run ended before
-    ``scenario.duration_s``, which the early parts assumed)."""
+    """report.html of a simulation in progress: each policy's events are folded into a RunLog
+    as its run ends, from the events the simulation made (reading events.jsonl back would cost
+    more than the fold: decoding, and freeing what was decoded). :meth:`finish` draws the page
+    (:func:`write_report`) once the summary is out; it costs about a second for the built-in
+    month, so it is drawn in this process, not in a worker (a spawned worker's imports alone
+    cost a fifth of that)."""
 
-    def __init__(self, out_dir: Path, scenario, jobs: int = 1):
+    def __init__(self, out_dir: Path, scenario):
         self.out_dir = Path(out_dir)
         self.scenario = scenario
-        self.end_s = float(scenario.duration_s)
-        self.ctx = report_context(self.out_dir, scenario, self.end_s)
-        # spawned, not forked: a fork of the simulating process would share its pages copy-on-write,
-        # and the simulation, which touches every object it holds, would pay for copying them
-        self.pool = ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=multiprocessing.get_context("spawn"))
-        self.futures: dict[str, object] = {}
+        self.rows = GpuRows.from_scenario(scenario)
+        self.teams = scenario.tree().leaves
+        self.logs: dict[str, RunLog] = {}
 
-    def add(self, policy: str, result) -> None:
-        """``policy``'s run ended and its events.jsonl is closed: start drawing its part."""
-        path = self.out_dir / policy / "events.jsonl"
-        if path.exists() and _end_s(result) == self.end_s and self.end_s > 0:
-            self.futures[policy] = self.pool.submit(_policy_part, self.ctx, policy, path, self.end_s,
-                                                    _metrics_of(result)["teams"])
+    def add(self, policy: str, result, events: list) -> None:
+        """``policy``'s run ended with ``events`` (in order): fold them."""
+        self.logs[policy] = fold_events(events, policy, _end_s(result), self.teams, self.rows)
 
     def finish(self, results: dict) -> Path:
-        try:
-            parts = {p: f.result() for p, f in self.futures.items()}  # type: ignore[attr-defined]
-        finally:
-            self.pool.shutdown()
-        return write_report(self.out_dir, self.scenario, results, early=(self.ctx, self.end_s, parts))
+        return write_report(self.out_dir, self.scenario, results, logs=self.logs)
 
     def cancel(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+        self.logs.clear()
 
 
 def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, float] | None = None,
-                 max_gpu_rows: int = 256, jobs: int | None = None,
-                 early: tuple[_Context, float, dict[str, _PolicyPart]] | None = None) -> Path:
+                 max_gpu_rows: int = 256, logs: dict[str, RunLog] | None = None) -> Path:
     """Write ``out_dir/report.html`` for ``results`` ({policy: RunResult or metrics dict}).
 
     ``window`` = (start_s, end_s) of the cluster picture (default: 2 days in the middle of the
-    run); more than ``max_gpu_rows`` GPUs are thinned to every k-th GPU. Policies are read and
-    drawn in up to ``jobs`` processes (default: one per policy, at most one per core), since
-    reading a 30-day log and drawing its figures is seconds of single-threaded work each.
-    ``early``: a context and the parts already drawn with it (:class:`EarlyReport`), used when
-    the runs ended where that context assumed."""
+    run); more than ``max_gpu_rows`` GPUs are thinned to every k-th GPU. Each policy's curves
+    come from ``logs[policy]`` when given (folded from the simulation's own events), else from
+    its ``events.jsonl``."""
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     metrics = {p: _metrics_of(r) for p, r in results.items()}
-    tree = scenario.tree()
-    teams = tree.leaves
+    logs = logs or {}
     with_events = {p: out_dir / p / "events.jsonl" for p in results if (out_dir / p / "events.jsonl").exists()}
     missing = [p for p in results if p not in with_events]
     end_s = max((_end_s(results[p]) for p in with_events), default=0.0)
-    done: dict[str, _PolicyPart] = {}
-    if early is not None and window is None and max_gpu_rows == 256 and early[1] == end_s and end_s > 0:
-        ctx = early[0]
-        done = {p: part for p, part in early[2].items() if p in with_events}
-    else:
-        ctx = report_context(out_dir, scenario, end_s, window, max_gpu_rows, bool(with_events))
+    ctx = report_context(out_dir, scenario, end_s, window, max_gpu_rows, bool(with_events))
+    teams = ctx.teams
 
     parts = [f"<h1>timeshare simulation: {escape(scenario.name)}</h1>", _settings(scenario, metrics)]
     if missing:
@@ -169,21 +147,20 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
         parts.append("<p><b>Nothing ran</b>: the run is empty (no workload was submitted), so there is "
                      "nothing to draw.</p>")
     elif with_events:
-        jobs = max(1, min(jobs or os.cpu_count() or 1, len(with_events)))
-        with _pool(jobs) as pool:
-            todo = [p for p in with_events if p not in done]
-            drawn = dict(zip(todo, _map(pool, _policy_part, [
-                (ctx, p, with_events[p], _end_s(results[p]), metrics[p]["teams"]) for p in todo])))
-            policy_parts = {p: done[p] if p in done else drawn[p] for p in with_events}
-            logs = {p: part.log for p, part in policy_parts.items()}
-            ratio_teams = {p: part.ratio_teams for p, part in policy_parts.items()}
-            ratio_programs = {p: part.ratio_programs for p, part in policy_parts.items()}
-            shared = _map(pool, _render, [
-                (figures.ratio_figure, (ratio_teams, ctx.at_s, teams, ctx.lookback_window_s)),
-                (figures.ratio_figure, (ratio_programs, ctx.at_s, list(ctx.programs), ctx.lookback_window_s)),
-                (figures.waits_figure, (logs, metrics)),
-                (figures.preemptions_figure, (logs, metrics)),
-            ] + ([(figures.storage_figure, (metrics,))] if _any_checkpoints(metrics) else []))
+        policy_parts = {}
+        for p, path in with_events.items():
+            log = logs.get(p)
+            if log is None or log.end_s != _end_s(results[p]):
+                log = fold_events(read_events(path), p, _end_s(results[p]), ctx.teams, ctx.rows)
+            policy_parts[p] = _policy_part(ctx, p, log, metrics[p]["teams"])
+        run_logs = {p: part.log for p, part in policy_parts.items()}
+        ratio_teams = {p: part.ratio_teams for p, part in policy_parts.items()}
+        ratio_programs = {p: part.ratio_programs for p, part in policy_parts.items()}
+        shared = [figures.ratio_figure(ratio_teams, ctx.at_s, teams, ctx.lookback_window_s),
+                  figures.ratio_figure(ratio_programs, ctx.at_s, list(ctx.programs), ctx.lookback_window_s),
+                  figures.waits_figure(run_logs, metrics), figures.preemptions_figure(run_logs, metrics)]
+        if _any_checkpoints(metrics):
+            shared.append(figures.storage_figure(metrics))
         parts.append("<h2>The cluster</h2>")
         parts += [part.cluster_html for part in policy_parts.values()]
         parts += ["<h2>Allocation and delivery</h2>", _DELIVERY_INTRO]
@@ -234,27 +211,8 @@ _DELIVERY_INTRO = (
     "title, from metrics.json) = sum of min(delivered to funded work, owed) / sum of owed, hour by hour.</p>")
 
 
-@contextmanager
-def _pool(jobs: int):
-    if jobs <= 1:
-        yield None
-        return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield pool
-
-
-def _map(pool, fn, arg_tuples: list[tuple]) -> list:
-    if pool is None:
-        return [fn(*args) for args in arg_tuples]
-    return [f.result() for f in [pool.submit(fn, *args) for args in arg_tuples]]
-
-
 def _any_checkpoints(metrics: dict[str, dict]) -> bool:
     return any(m.get("checkpoint_storage", {}).get("peak_gbps", 0) > 0 for m in metrics.values())
-
-
-def _render(figure_fn, args: tuple) -> str:
-    return figure_fn(*args)
 
 
 def _settings(scenario, metrics: dict) -> str:
@@ -267,9 +225,8 @@ def _settings(scenario, metrics: dict) -> str:
             f"policies: {escape(', '.join(metrics))}</p>")
 
 
-def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, team_metrics: dict) -> _PolicyPart:
-    """Everything drawn from one policy's log alone (runs in a worker process)."""
-    log = fold_events(read_events(events_path), policy, end_s, ctx.teams, ctx.rows)
+def _policy_part(ctx: _Context, policy: str, log: RunLog, team_metrics: dict) -> _PolicyPart:
+    """Everything drawn from one policy's log alone."""
     view = ctx.view
     cluster = _figure(gantt.draw_gantt(log, ctx.rows, view, ctx.colors), (
         f"<b>{escape(policy)}</b>: one row per GPU, {escape(view.describe(ctx.gpus_per_node))}; time "

@@ -86,10 +86,11 @@ def core_kind() -> str:
 
 def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, overrides: dict[str, str],
              show_progress: bool = True, report: bool = True, scenario=None,
-             on_done: Callable[[str, object], None] | None = None) -> dict[str, dict]:
+             on_done: Callable[[str, object, list], None] | None = None) -> dict[str, dict]:
     """Run ``policies`` and write their results under ``out_dir``; report.html too when
     ``report`` (the command renders it itself, after printing the summary). ``on_done(policy,
-    result)`` is called as each run ends, its events.jsonl closed."""
+    result, events)`` is called as each run ends, its events.jsonl closed, with the run's events
+    in order (kept for it only: the report folds them instead of reading the file back)."""
     if scenario is None:
         scenario = load_scenario(scenario_path, overrides)
     results = {}
@@ -106,9 +107,13 @@ def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, over
                        unit_scale=True, leave=False, mininterval=0.5, delay=2.0, file=sys.stderr)
         encode = ev.encoder.encode
         buffer: list[bytes] = []
+        kept: list = []
+        keep = kept.append if on_done is not None else None
 
-        def on_event(e, buffer=buffer, events_file=events_file):
+        def on_event(e, buffer=buffer, events_file=events_file, keep=keep):
             buffer.append(encode(e))
+            if keep is not None:
+                keep(e)
             if len(buffer) >= 4096:
                 events_file.write(b"\n".join(buffer) + b"\n")
                 buffer.clear()
@@ -128,7 +133,8 @@ def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, over
         if out_dir is not None:
             (out_dir / name / "metrics.json").write_text(json.dumps(result.metrics, indent=2) + "\n")
         if on_done is not None:
-            on_done(name, result)
+            on_done(name, result, kept)
+        kept.clear()
     metrics = {name: r.metrics for name, r in results.items()}
     if out_dir is not None:
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
@@ -163,8 +169,8 @@ def simulate_command(args) -> int:
             except ImportError:
                 pass
             else:
-                # each policy's part of report.html is drawn in a worker process while the next
-                # policy simulates
+                # each policy's events are folded for report.html as its run ends (from the
+                # events in memory: reading events.jsonl back would cost more than the fold)
                 early = EarlyReport(out_dir, scenario)
         metrics = simulate(args.scenario, policies, out_dir, {}, show_progress=not args.no_progress,
                            report=False, scenario=scenario, on_done=early.add if early is not None else None)
