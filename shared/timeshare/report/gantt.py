@@ -96,7 +96,7 @@ def draw_gantt(log: RunLog, rows: GpuRows, view: GanttView, colors: dict[str, tu
     fills = [shade[i] for i in bar_of.tolist()]
 
     n_rows = view.shown_rows
-    row_px = min(3.0, max(1.2, 600 / max(1, n_rows)))
+    row_px = min(8.0, max(2.0, 640 / max(1, n_rows)))  # px per GPU row: 256 rows -> 640 px
     p = svg.Panel((view.start_s / scale_s, view.end_s / scale_s), (-0.5, n_rows - 0.5), w=1100,
                   h=int(n_rows * row_px) + 46, left=70, top=6, bottom=40, y_down=True)
     ticks = _row_ticks(rows, view)

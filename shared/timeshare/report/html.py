@@ -91,44 +91,18 @@ def report_context(out_dir: Path, scenario, end_s: float, window: tuple[float, f
                     np.arange(0.0, end_s + 1, HOUR_S))
 
 
-class EarlyReport:
-    """report.html of a simulation in progress: each policy's events are folded into a RunLog
-    as its run ends, from the events the simulation made (reading events.jsonl back would cost
-    more than the fold: decoding, and freeing what was decoded). :meth:`finish` draws the page
-    (:func:`write_report`) once the summary is out; it costs about a second for the built-in
-    month, so it is drawn in this process, not in a worker (a spawned worker's imports alone
-    cost a fifth of that)."""
-
-    def __init__(self, out_dir: Path, scenario):
-        self.out_dir = Path(out_dir)
-        self.scenario = scenario
-        self.rows = GpuRows.from_scenario(scenario)
-        self.teams = scenario.tree().leaves
-        self.logs: dict[str, RunLog] = {}
-
-    def add(self, policy: str, result, events: list) -> None:
-        """``policy``'s run ended with ``events`` (in order): fold them."""
-        self.logs[policy] = fold_events(events, policy, _end_s(result), self.teams, self.rows)
-
-    def finish(self, results: dict) -> Path:
-        return write_report(self.out_dir, self.scenario, results, logs=self.logs)
-
-    def cancel(self) -> None:
-        self.logs.clear()
-
-
 def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, float] | None = None,
-                 max_gpu_rows: int = 256, logs: dict[str, RunLog] | None = None) -> Path:
+                 max_gpu_rows: int = 256) -> Path:
     """Write ``out_dir/report.html`` for ``results`` ({policy: RunResult or metrics dict}).
 
     ``window`` = (start_s, end_s) of the cluster picture (default: 2 days in the middle of the
     run); more than ``max_gpu_rows`` GPUs are thinned to every k-th GPU. Each policy's curves
-    come from ``logs[policy]`` when given (folded from the simulation's own events), else from
-    its ``events.jsonl``."""
+    come from its ``events.jsonl``, read and folded once (runlog.py), then binned (series.py)
+    and drawn as SVG (figures.py, gantt.py): about a second of CPU for a month of three
+    policies, so it is all done in this process."""
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     metrics = {p: _metrics_of(r) for p, r in results.items()}
-    logs = logs or {}
     with_events = {p: out_dir / p / "events.jsonl" for p in results if (out_dir / p / "events.jsonl").exists()}
     missing = [p for p in results if p not in with_events]
     end_s = max((_end_s(results[p]) for p in with_events), default=0.0)
@@ -149,9 +123,7 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
     elif with_events:
         policy_parts = {}
         for p, path in with_events.items():
-            log = logs.get(p)
-            if log is None or log.end_s != _end_s(results[p]):
-                log = fold_events(read_events(path), p, _end_s(results[p]), ctx.teams, ctx.rows)
+            log = fold_events(read_events(path), p, _end_s(results[p]), ctx.teams, ctx.rows)
             policy_parts[p] = _policy_part(ctx, p, log, metrics[p]["teams"])
         run_logs = {p: part.log for p, part in policy_parts.items()}
         ratio_teams = {p: part.ratio_teams for p, part in policy_parts.items()}

@@ -86,11 +86,10 @@ def core_kind() -> str:
 
 def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, overrides: dict[str, str],
              show_progress: bool = True, report: bool = True, scenario=None,
-             on_done: Callable[[str, object, list], None] | None = None) -> dict[str, dict]:
+             on_done: Callable[[str, object], None] | None = None) -> dict[str, dict]:
     """Run ``policies`` and write their results under ``out_dir``; report.html too when
     ``report`` (the command renders it itself, after printing the summary). ``on_done(policy,
-    result, events)`` is called as each run ends, its events.jsonl closed, with the run's events
-    in order (kept for it only: the report folds them instead of reading the file back)."""
+    result)`` is called as each run ends, its events.jsonl closed."""
     if scenario is None:
         scenario = load_scenario(scenario_path, overrides)
     results = {}
@@ -107,13 +106,9 @@ def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, over
                        unit_scale=True, leave=False, mininterval=0.5, delay=2.0, file=sys.stderr)
         encode = ev.encoder.encode
         buffer: list[bytes] = []
-        kept: list = []
-        keep = kept.append if on_done is not None else None
 
-        def on_event(e, buffer=buffer, events_file=events_file, keep=keep):
+        def on_event(e, buffer=buffer, events_file=events_file):
             buffer.append(encode(e))
-            if keep is not None:
-                keep(e)
             if len(buffer) >= 4096:
                 events_file.write(b"\n".join(buffer) + b"\n")
                 buffer.clear()
@@ -133,8 +128,7 @@ def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, over
         if out_dir is not None:
             (out_dir / name / "metrics.json").write_text(json.dumps(result.metrics, indent=2) + "\n")
         if on_done is not None:
-            on_done(name, result, kept)
-        kept.clear()
+            on_done(name, result)
     metrics = {name: r.metrics for name, r in results.items()}
     if out_dir is not None:
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
@@ -158,25 +152,15 @@ def simulate_command(args) -> int:
     policies = sorted(policies, key=lambda p: (_ORDER.index(p) if p in _ORDER else len(_ORDER), p))
     out_dir = Path(args.out) if args.out else None
     t0 = time.perf_counter()
-    early = None
     try:
         scenario = load_scenario(args.scenario, parse_overrides(args.set))
         print(f"simulating {scenario.name} ({format_duration_s(scenario.duration_s)}, {len(scenario.workloads)} "
               f"workloads; {', '.join(policies)}) with the {core_kind()} core", file=sys.stderr, flush=True)
-        if out_dir is not None and not args.no_report:
-            try:
-                from ..report.html import EarlyReport
-            except ImportError:
-                pass
-            else:
-                # each policy's events are folded for report.html as its run ends (from the
-                # events in memory: reading events.jsonl back would cost more than the fold)
-                early = EarlyReport(out_dir, scenario)
+        # report.html is drawn after the summary, in this process: about a second of CPU for the
+        # built-in month (a worker drawing it beside the next policy's run cost more CPU in all)
         metrics = simulate(args.scenario, policies, out_dir, {}, show_progress=not args.no_progress,
-                           report=False, scenario=scenario, on_done=early.add if early is not None else None)
+                           report=False, scenario=scenario)
     except (InputError, OSError) as exc:
-        if early is not None:
-            early.cancel()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(render_summary(scenario.name, metrics), flush=True)
@@ -188,7 +172,7 @@ def simulate_command(args) -> int:
         print(f"\nrendering {out_dir / 'report.html'} (the summary above is final)...", file=sys.stderr, flush=True)
         t1 = time.perf_counter()
         try:
-            path = early.finish(metrics) if early is not None else render_report(out_dir, scenario, metrics)
+            path = render_report(out_dir, scenario, metrics)
         except (ValueError, OSError) as exc:
             print(f"error: report.html: {exc}", file=sys.stderr)
             path = None
