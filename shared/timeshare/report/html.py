@@ -1,7 +1,8 @@
 """``report.html``: one self-contained page comparing the policies of a simulation.
 
 Figures are inline SVG (svg.py) drawn from binned series, so the file opens offline, can be
-mailed, and costs about a second to write for a month of three policies.
+mailed, and costs about two seconds of CPU for a month of three policies (most of it reading
+the event logs).
 Curves come from each policy's ``events.jsonl``; every number printed comes from the metrics
 dicts that ``timeshare simulate`` also writes to ``metrics.json``.
 """
@@ -100,7 +101,7 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
     ``window`` = (start_s, end_s) of the cluster picture (default: 2 days in the middle of the
     run); more than ``max_gpu_rows`` GPUs are thinned to every k-th GPU. Each policy's curves
     come from its ``events.jsonl``, read and folded once (runlog.py), then binned (series.py)
-    and drawn as SVG (figures.py, gantt.py): about a second of CPU for a month of three
+    and drawn as SVG (figures.py, gantt.py): about two seconds of CPU for a month of three
     policies, so it is all done in this process."""
     t_start = time.perf_counter()
     out_dir = Path(out_dir)

@@ -156,7 +156,7 @@ def simulate_command(args) -> int:
         scenario = load_scenario(args.scenario, parse_overrides(args.set))
         print(f"simulating {scenario.name} ({format_duration_s(scenario.duration_s)}, {len(scenario.workloads)} "
               f"workloads; {', '.join(policies)}) with the {core_kind()} core", file=sys.stderr, flush=True)
-        # report.html is drawn after the summary, in this process: about a second of CPU for the
+        # report.html is drawn after the summary, in this process: about two seconds of CPU for the
         # built-in month (a worker drawing it beside the next policy's run cost more CPU in all)
         metrics = simulate(args.scenario, policies, out_dir, {}, show_progress=not args.no_progress,
                            report=False, scenario=scenario)
