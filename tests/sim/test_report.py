@@ -1,8 +1,8 @@
-"""report.html: the figures are there and every number shown is the one in metrics.json."""
+"""report.html: the figures are there, drawn from the run's series, and every number shown is the
+one in metrics.json."""
 
 from __future__ import annotations
 
-import base64
 import colorsys
 import itertools
 import json
@@ -18,7 +18,7 @@ from matplotlib.colors import to_rgb
 from timeshare.cli import main
 from timeshare.durations import format_duration_s
 from timeshare.report import figures, gantt, series
-from timeshare.report.html import _attainment_title, load_results, write_report
+from timeshare.report.html import _attainment_title, _program_hours, load_results, write_report
 from timeshare.report.runlog import GpuRows, load_run
 from timeshare.report.style import layout_problems, program_colors, team_colors
 from timeshare.report.tables import format_value, metrics_table
@@ -84,17 +84,20 @@ resumable = true
 checkpoint_interval = "15m"
 """
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 POLICIES = ["budget", "baseline"]
 
 
 class _Page(HTMLParser):
-    """Collects image sources, the data-* value cells of the tables (with the id of their table)
-    and the ratio cells, in page order; ``order`` lists tables, <details> and images as met."""
+    """Collects the figures (id -> their SVG panels' markup), image sources (there should be
+    none), the data-* value cells of the tables (with the id of their table) and the ratio cells,
+    in page order; ``order`` lists tables, <details> and figures as met."""
 
     def __init__(self) -> None:
         super().__init__()
         self.images: list[str] = []
+        self.figures: dict[str, list[dict]] = {}  # figure id -> its charts' attributes
+        self.series: list[dict] = []  # every element carrying data-values, with its figure's id
+        self._figure: str | None = None
         self.cells: list[dict] = []
         self.ratios: list[str] = []
         self.order: list[str] = []
@@ -105,9 +108,16 @@ class _Page(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
+        if "data-values" in a:
+            self.series.append({**a, "figure": self._figure})
         if tag == "img":
             self.images.append(a.get("src", ""))
-            self.order.append("img")
+        elif tag == "figure":
+            self._figure = a.get("id")
+            self.figures[self._figure] = []
+            self.order.append("figure")
+        elif tag == "svg" and "chart" in a.get("class", "").split():
+            self.figures[self._figure].append(a)
         elif tag == "details":
             self._details += 1
             self.order.append("details")
@@ -130,6 +140,8 @@ class _Page(HTMLParser):
     def handle_endtag(self, tag):
         if tag == "td":
             self._cell = None
+        elif tag == "figure":
+            self._figure = None
         elif tag == "details":
             self._details -= 1
 
@@ -168,15 +180,24 @@ def page(run_dir) -> _Page:
     return _parse(run_dir / "report.html")
 
 
-def test_report_embeds_png_figures(page):
-    data_imgs = [s for s in page.images if s.startswith("data:image/png;base64,")]
+def _figure_ids(policies) -> set[str]:
     # per policy: cluster picture, team delivery, program delivery; then 2 ratio, waits, preemptions
-    assert len(data_imgs) == 3 * len(POLICIES) + 4
-    assert len(data_imgs) == len(page.images)  # nothing refers outside the file
-    for src in data_imgs:
-        raw = base64.b64decode(src.split(",", 1)[1])
-        assert raw[:8] == PNG_MAGIC
-        assert len(raw) > 2000  # not an empty canvas
+    return ({f"fig-{kind}-{p}" for p in policies for kind in ("cluster", "delivery", "delivery-programs")}
+            | {"fig-ratio-teams", "fig-ratio-programs", "fig-waits", "fig-preemptions"})
+
+
+def test_report_draws_its_figures_as_inline_svg(run_dir, page):
+    assert set(page.figures) == _figure_ids(POLICIES)
+    for fig_id, charts in page.figures.items():
+        assert charts, fig_id  # every figure has at least one SVG panel
+        assert all(c["viewbox"].startswith("0 0 ") for c in charts)
+    text = (run_dir / "report.html").read_text()
+    # one offline file: no images, scripts or anything fetched from elsewhere
+    assert page.images == []
+    assert not re.search(r"<script|src=|href=\"(?!#)|url\((?!#)", text)
+    # the teams' and programs' delivery panels, one per team or program
+    assert len(page.figures["fig-delivery-budget"]) == 2
+    assert len(page.figures["fig-delivery-programs-budget"]) == 2
 
 
 def test_every_table_number_is_metrics_json(run_dir, page):
@@ -239,7 +260,7 @@ def test_curves_from_events_agree_with_metrics(run_dir):
 def test_time_range_and_row_thinning(run_dir):
     scenario = load_scenario(run_dir.parent / "tiny.toml")
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    out = write_report(run_dir, scenario, metrics, window=(6 * 3600, 12 * 3600), max_gpu_rows=8, jobs=1)
+    out = write_report(run_dir, scenario, metrics, window=(6 * 3600, 12 * 3600), max_gpu_rows=8)
     text = out.read_text()
     assert "6.0 h to 12.0 h" in text
     assert "every 4th GPU: 8 of 32 rows" in text
@@ -252,7 +273,7 @@ def test_report_without_event_logs_still_shows_metrics(tmp_path, run_dir):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     out = write_report(tmp_path, scenario, metrics)
     p = _parse(out)
-    assert p.images == []
+    assert p.figures == {} and p.images == []
     assert any(c["data-metric"] == "occupancy" for c in p.cells)
 
 
@@ -288,7 +309,7 @@ def test_the_report_opens_with_the_headline_and_folds_the_full_table(run_dir, pa
     text = (run_dir / "report.html").read_text()
     # the headline is the first table, before any figure; the full table is folded in <details>
     assert page.order[0] == "table#headline"
-    assert page.order.index("details") < page.order.index("table#metrics-table") < page.order.index("img")
+    assert page.order.index("details") < page.order.index("table#metrics-table") < page.order.index("figure")
     assert page.in_details == ["metrics-table"]
     assert text.index('id="headline"') < text.index("<details")
     for words in HEADLINE_ROWS.values():
@@ -343,8 +364,27 @@ def test_huge_zero_and_tiny_ratios_show_their_bound():
 
 # -- figures -------------------------------------------------------------------------------------
 
-def test_figure_titles_and_legends_fit(run_dir):
-    """No title cut off at a figure's edge, none running into a legend, a panel or another title."""
+_SVG = re.compile(r'<svg class="chart" viewBox="0 0 ([0-9.]+) ([0-9.]+)"[^>]*>(.*?)</svg>', re.S)
+_TEXT = re.compile(r'<text x="(-?[0-9.]+)" y="(-?[0-9.]+)"(?: text-anchor="(\w+)")?>([^<]*)</text>')
+
+
+def _text_outside(html: str) -> list[str]:
+    """Labels drawn inside an SVG panel whose anchor, or their estimated extent (6 px a character
+    at 10 px), falls outside the panel (titles and legends are HTML, laid out by the browser)."""
+    problems = []
+    for w, h, body in _SVG.findall(html):
+        w, h = float(w), float(h)
+        for x, y, anchor, text in _TEXT.findall(body):
+            x, y, half = float(x), float(y), 3 * len(text)
+            lo, hi = {"middle": (x - half, x + half), "end": (x - 2 * half, x)}.get(anchor, (x, x + 2 * half))
+            if not (0 <= y <= h) or lo < -1 or (hi > w + 1 and anchor):  # (a node name may run to the edge)
+                problems.append(f"{text!r} at ({x}, {y}) outside 0 0 {w} {h}")
+    return problems
+
+
+def test_figure_labels_stay_inside_their_panels_and_titles_are_html(run_dir):
+    """Titles and legends are HTML text the browser wraps; what an SVG panel draws itself (tick
+    labels, axis titles) stays inside it, on long names and many panels too."""
     scenario = load_scenario(run_dir.parent / "tiny.toml")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     rows = GpuRows.from_scenario(scenario)
@@ -360,27 +400,85 @@ def test_figure_titles_and_legends_fit(run_dir):
         # the longest title a team can have: 100.0% of its fraction, six-figure GPU-hours owed
         titles = [_attainment_title(0.999, 1.0, 123456) for _ in teams]
         figs[f"delivery {policy}"] = figures.delivery_figure(policy, th, teams, titles, 1, [colors[t] for t in teams])
+        assert all(f'<div class="ptitle">{t}\n{titles[0]}</div>' in figs[f"delivery {policy}"] for t in teams)
         figs[f"cluster {policy}"] = gantt.draw_gantt(log, rows, gantt.choose_view(log.end_s, rows.total), colors)
-    # five teams: two rows of panels with three-line titles
     edges = series.hour_edges(2 * 86400)
     ones = np.ones((5, len(edges) - 1)) * 3600
     five = series.TeamHours(edges, ones, ones, ones, ones, np.full(5, 0.2))
     figs["delivery five teams"] = figures.delivery_figure(
         "budget", five, [f"program/team-{i}" for i in range(5)], [_attainment_title(0.2, 0.95, 98765)] * 5, 6,
-        [f"C{i}" for i in range(5)])
+        [f"#{i}{i}{i}{i}{i}{i}" for i in range(5)])
     at = np.arange(0.0, 2 * 86400 + 1, 3600)
-    # one panel wide and four: the header must fit either way
     for labels in (["vision/det"], ["a/long/team/name/that/goes/on", "b", "c", "d", "e"]):
         figs[f"ratio {len(labels)}"] = figures.ratio_figure(
             {p: [np.ones(len(at))] * len(labels) for p in ("budget", "baseline", "fifo")}, at, labels, 7 * 86400)
     figs["waits"] = figures.waits_figure(logs, metrics)
     # each panel's title gives the p90 of every policy as metrics.json has it
-    first = figs["waits"].axes[0].get_title(loc="left")
+    first = figs["waits"].split('<div class="ptitle">', 2)[1].split("</div>", 1)[0]
     for policy in POLICIES:
         assert f"{policy} {format_duration_s(metrics[policy]['queue_wait_s']['overall']['p90'])}" in first
     figs["preemptions"] = figures.preemptions_figure(logs, metrics)
-    for name, fig in figs.items():
-        assert layout_problems(fig) == [], name
+    for name, html in figs.items():
+        assert _SVG.search(html), name
+        assert _text_outside(html) == [], name
+
+
+def _values(item: dict) -> np.ndarray:
+    return np.array([float(v) for v in item["data-values"].split()])
+
+
+def test_the_figures_carry_the_series_they_draw(run_dir, page):
+    """Each curve's values are in the page (data-values), and they are the run's series: what
+    each team delivered and was owed, its usage ratio, the wait CDF, the preemptions per bin."""
+    scenario = load_scenario(run_dir.parent / "tiny.toml")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    rows = GpuRows.from_scenario(scenario)
+    tree = scenario.tree()
+    teams = tree.leaves
+    fractions = {t: tree.nodes[t].fraction for t in teams}
+    total_gpus = sum(rows.pool_gpus.values())
+    programs = figures.programs_of(teams)
+    at = np.arange(0.0, 2 * 86400 + 1, 3600)
+    for policy in POLICIES:
+        m = metrics[policy]
+        log = load_run(run_dir / policy / "events.jsonl", policy, m["sim"]["simulated_s"], scenario, rows)
+        th = series.team_hours(log, fractions, rows.pool_gpus)
+        width_h = np.diff(th.edges_s) / 3600  # (two days: hourly bins, values in mean GPUs)
+        for fig_id, hours in ((f"fig-delivery-{policy}", th), (f"fig-delivery-programs-{policy}",
+                                                               _program_hours(th, programs))):
+            drawn = [s for s in page.series if s["figure"] == fig_id]
+            for name, want in (("funded", hours.funded), ("other", hours.other), ("owed", hours.owed)):
+                got = [_values(s) for s in drawn if s["data-series"] == name]
+                assert len(got) == len(want)
+                for g, w in zip(got, want):
+                    np.testing.assert_allclose(g, w / 3600 / width_h, rtol=1e-3, atol=1e-9)
+        # the team's owed GPU-hours in metrics.json, read back from the figure
+        owed = [_values(s) for s in page.series if s["figure"] == f"fig-delivery-{policy}"
+                and s["data-series"] == "owed"]
+        for team, values in zip(teams, owed):
+            assert (values * width_h).sum() == pytest.approx(m["teams"][team]["owed_gpu_hours"], rel=1e-3)
+        ratios = [_values(s) for s in page.series if s["figure"] == "fig-ratio-teams" and s["data-policy"] == policy]
+        for i, team in enumerate(teams):
+            want = series.usage_ratio(log, lambda x, i=i: x == i, fractions[team], total_gpus,
+                                      scenario.policy.lookback_window_s, at)
+            np.testing.assert_allclose(ratios[i], want, rtol=1e-3, atol=1e-9)
+        # the wait CDF: 0.9 of the workloads waited at most the p90 metrics.json gives
+        cdf = next(s for s in page.series if s["figure"] == "fig-waits" and s["data-policy"] == policy)
+        x = np.array([float(v) for v in cdf["data-x"].split()])
+        y = _values(cdf)
+        p90 = max(1.0, m["queue_wait_s"]["overall"]["p90"])
+        assert y[np.searchsorted(x, p90, side="right") - 1] <= 0.9 + 1e-9 or x[0] >= p90
+        assert y[-1] == 1.0 and np.all(np.diff(y) >= 0)
+        # (x is written with four digits: the CDF lies between its values just below and above x)
+        assert np.all(figures.cdf_at(log.wait_s, x * (1 - 1e-3)) <= y + 1e-4)
+        assert np.all(y <= figures.cdf_at(log.wait_s, x * (1 + 1e-3)) + 1e-4)
+        # preemptions per bin, by reason, add up to metrics.json's totals
+        drawn = [s for s in page.series if s["figure"] == "fig-preemptions" and "data-reason" in s]
+        per_policy = len(drawn) // len(POLICIES)
+        mine = drawn[POLICIES.index(policy) * per_policy:(POLICIES.index(policy) + 1) * per_policy]
+        assert {s["data-reason"]: int(_values(s).sum()) for s in mine} == {
+            r: m["preemptions_by_reason"].get(r, 0) for r in (s["data-reason"] for s in mine)}
+        assert sum(int(_values(s).sum()) for s in mine) == m["preemptions"]
 
 
 def test_the_layout_check_sees_a_title_running_into_a_legend():
@@ -469,7 +567,7 @@ def test_an_empty_trace_gives_a_report(tmp_path, capsys):
     assert main(["simulate", str(scenario), "--out", str(out), "--no-progress"]) == 0
     page = _parse(out / "report.html")
     metrics = json.loads((out / "metrics.json").read_text())
-    assert page.images == []  # nothing to draw ...
+    assert page.figures == {} and page.images == []  # nothing to draw ...
     assert "Nothing ran" in (out / "report.html").read_text()
     headline = [c for c in page.cells if c["table"] == "headline"]
     assert {c["data-policy"] for c in headline} == set(metrics) == {"budget", "baseline", "fifo"}
@@ -485,9 +583,8 @@ def test_a_one_workload_trace_gives_a_report(tmp_path):
     out = tmp_path / "out"
     metrics = simulate(str(scenario), POLICIES, out, {}, show_progress=False, report=True)
     page = _parse(out / "report.html")
-    assert len(page.images) == 3 * len(POLICIES) + 4
-    for src in page.images:
-        assert base64.b64decode(src.split(",", 1)[1])[:8] == PNG_MAGIC
+    assert set(page.figures) == _figure_ids(POLICIES)
+    assert all(page.figures.values())
     for policy in POLICIES:
         m = metrics[policy]
         assert m["workloads"]["completed"] == 1

@@ -2,9 +2,9 @@
 
 Bars are coloured by team with a shade per workload, hatched where the workload could be
 interrupted (unallocated work, allocated work past its protected minimum runtime) and end in a
-red tick where it was preempted. All bars go into two PolyCollections (solid bodies, hatched
-overlays) and one LineCollection (preemptions): one draw call each instead of one patch per
-bar, which is what keeps 1024 GPUs x 30 days to about a second.
+red tick where it was preempted. The picture is one SVG panel (svg.py): a rectangle per bar
+and GPU row in the time range, the hatching a pattern fill the browser draws, the preemptions
+one path.
 """
 
 from __future__ import annotations
@@ -14,14 +14,10 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
-from matplotlib.collections import LineCollection, PolyCollection
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
-from matplotlib.lines import Line2D
-
-from .runlog import GpuRows, RunLog
 from ..durations import format_duration_s
-from .style import DAY_S, HOUR_S, time_axis
+from . import svg
+from .palette import DAY_S, HOUR_S, time_axis
+from .runlog import GpuRows, RunLog
 
 #: default time range when none is chosen: two days in the middle of the run
 DEFAULT_WINDOW_S = 2 * DAY_S
@@ -79,21 +75,8 @@ def _workload_shades(base_rgb: np.ndarray, workload_ids: list[str]) -> np.ndarra
     return np.where(f > 0, base_rgb + (1 - base_rgb) * f, base_rgb * (1 + f))
 
 
-def _rects(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, half: float) -> np.ndarray:
-    verts = np.empty((len(x0), 4, 2))
-    verts[:, 0, 0] = x0
-    verts[:, 1, 0] = x0
-    verts[:, 2, 0] = x1
-    verts[:, 3, 0] = x1
-    verts[:, 0, 1] = y - half
-    verts[:, 1, 1] = y + half
-    verts[:, 2, 1] = y + half
-    verts[:, 3, 1] = y - half
-    return verts
-
-
-def draw_gantt(log: RunLog, rows: GpuRows, view: GanttView, colors: dict[str, tuple]) -> Figure:
-    """One panel: the GPUs of the cluster over ``view``'s time range under one policy."""
+def draw_gantt(log: RunLog, rows: GpuRows, view: GanttView, colors: dict[str, tuple]) -> str:
+    """One panel: the GPUs of the cluster over ``view``'s time range under one policy (HTML)."""
     scale_s, unit = time_axis(view.end_s - view.start_s)
     # which GPU-rows are in the time range and shown
     t0 = log.seg_t0_s[log.row_seg]
@@ -105,74 +88,39 @@ def draw_gantt(log: RunLog, rows: GpuRows, view: GanttView, colors: dict[str, tu
     x1 = np.minimum(t1[keep], view.end_s)
     xi = np.clip(log.seg_interruptible_from_s[seg], x0, x1)
 
+    # a shade per workload run shown (a month has tens of thousands; two days show a few thousand)
+    shown, bar_of = np.unique(seg, return_inverse=True)
     base = np.array([colors[t][:3] for t in log.teams])
-    seg_rgb = _workload_shades(base[log.seg_team], log.seg_workload) if len(log.seg_team) else np.zeros((0, 3))
-    rgb = seg_rgb[seg]
+    rgb = _workload_shades(base[log.seg_team[shown]], [log.seg_workload[i] for i in shown.tolist()])
+    shade = ["#%02x%02x%02x" % tuple(c) for c in np.clip(np.round(rgb * 255), 0, 255).astype(int).tolist()]
+    fills = [shade[i] for i in bar_of.tolist()]
 
     n_rows = view.shown_rows
-    height_in = min(16.0, max(3.0, 0.028 * n_rows + 1.6))
-    fig = Figure(figsize=(14, height_in), dpi=100)
-    ax = fig.add_subplot()
-    ax.add_collection(PolyCollection(_rects(x0 / scale_s, x1 / scale_s, y, 0.45), facecolors=rgb,
-                                     edgecolors="none", linewidths=0, antialiased=False))
-    # layout first: the hatch raster is computed at the axes' exact pixel size
-    top_in, bottom_in = 0.45, 0.6
-    fig.subplots_adjust(left=0.08, right=0.84, top=1 - top_in / height_in, bottom=bottom_in / height_in)
+    row_px = min(8.0, max(2.0, 640 / max(1, n_rows)))  # px per GPU row: 256 rows -> 640 px
+    p = svg.Panel((view.start_s / scale_s, view.end_s / scale_s), (-0.5, n_rows - 0.5), w=1100,
+                  h=int(n_rows * row_px) + 46, left=70, top=6, bottom=40, y_down=True)
+    ticks = _row_ticks(rows, view)
+    xt = svg.nice_ticks(view.start_s / scale_s, view.end_s / scale_s, 8)
+    p.axes(xt, [svg.tick_label(t) for t in xt], [t for t, _ in ticks], [n for _, n in ticks],
+           f"time since start of run ({unit})", "node / GPU", grid=False)
+    p.rects(x0 / scale_s, x1 / scale_s, y - 0.45, y + 0.45, fills, min_w=0.3)
     hatched = xi < x1
     if hatched.any():
-        _draw_hatch(ax, fig, view, scale_s, y[hatched].astype(np.int64), xi[hatched], x1[hatched], n_rows)
+        p.rects(xi[hatched] / scale_s, x1[hatched] / scale_s, y[hatched] - 0.45, y[hatched] + 0.45, svg.HATCH)
     # out-of-service nodes (unhealthy -> repaired) as a grey band over their rows
-    _draw_node_outages(ax, log, rows, view, scale_s)
+    _draw_node_outages(p, log, rows, view, scale_s)
     preempted = (log.seg_end[seg] == 2) & (t1[keep] <= view.end_s)
     if preempted.any():
-        xp = x1[preempted] / scale_s
-        yp = y[preempted]
-        lines = np.stack([np.stack([xp, yp - 0.5], 1), np.stack([xp, yp + 0.5], 1)], 1)
-        ax.add_collection(LineCollection(lines, colors="red", linewidths=1.6, zorder=3))
-    ax.set_xlim(view.start_s / scale_s, view.end_s / scale_s)
-    ax.set_ylim(n_rows - 0.5, -0.5)  # GPU 0 of the first node at the top
-    _label_rows(ax, rows, view)
-    ax.set_xlabel(f"time since start of run ({unit})")
-    ax.set_title(f"{log.policy}: GPUs over {(view.end_s - view.start_s) / HOUR_S:.0f} h "
-                 f"({view.shown_rows} rows)", loc="left")
-    teams_shown = sorted({log.teams[i] for i in np.unique(log.seg_team[seg])}) if len(seg) else []
-    handles = [Patch(facecolor=colors[t], label=t) for t in teams_shown]
-    handles += [Patch(facecolor="white", edgecolor="black", hatch="////", label="interruptible"),
-                Line2D([], [], color="red", lw=2, label="preempted"),
-                Patch(facecolor=(0.5, 0.5, 0.5, 0.35), label="node out of service")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
-    return fig
+        p.vticks(x1[preempted] / scale_s, y[preempted] - 0.5, y[preempted] + 0.5, "#e00000", 1.6)
+    teams_shown = sorted({log.teams[i] for i in np.unique(log.seg_team[shown])})
+    keys = [svg.key("fill", colors[t], t) for t in teams_shown]
+    keys += [svg.key("hatch", "#000", "interruptible"), svg.key("line", "#e00000", "preempted"),
+             svg.key("band", "#808080", "node out of service")]
+    title = f"{log.policy}: GPUs over {(view.end_s - view.start_s) / HOUR_S:.0f} h ({view.shown_rows} rows)"
+    return svg.figure_body(title, keys, [("", p.svg(title))], cols=1)
 
 
-def _draw_hatch(ax, fig, view: GanttView, scale_s: float, row: np.ndarray, x0_s: np.ndarray,
-                x1_s: np.ndarray, n_rows: int) -> None:
-    """Hatch the interruptible spans as one transparent RGBA image over the bars.
-
-    Matplotlib hatches each polygon as its own clipped path: ~1 s per 10k bars. Marking the
-    spans in a (rows x pixel columns) grid with +1/-1 at their ends and a cumulative sum is a
-    few milliseconds for any number of bars (a GPU holds one workload at a time, so spans on a
-    row never overlap)."""
-    pos = ax.get_position()
-    w_px = max(1, int(round(pos.width * fig.get_figwidth() * fig.dpi)))
-    h_px = max(1, int(round(pos.height * fig.get_figheight() * fig.dpi)))
-    span_s = view.end_s - view.start_s
-    c0 = np.clip(np.floor((x0_s - view.start_s) / span_s * w_px), 0, w_px).astype(np.int64)
-    c1 = np.clip(np.floor((x1_s - view.start_s) / span_s * w_px), 0, w_px).astype(np.int64)
-    diff = np.zeros((n_rows, w_px + 1), dtype=np.int32)
-    np.add.at(diff, (row, c0), 1)
-    np.add.at(diff, (row, c1), -1)
-    spans = np.cumsum(diff, axis=1)[:, :w_px] > 0
-    row_pos = (np.arange(h_px) + 0.5) / h_px * n_rows  # pixel row -> position in GPU rows
-    inside_bar = np.abs(row_pos % 1 - 0.5) < 0.45  # bars are 0.9 rows tall
-    on_stripe = ((np.arange(w_px)[None, :] + np.arange(h_px)[:, None]) % 5) < 1  # 45-degree lines
-    mask = spans[row_pos.astype(np.int64)] & on_stripe & inside_bar[:, None]
-    rgba = np.zeros((h_px, w_px, 4), dtype=np.float32)
-    rgba[mask, 3] = 0.55  # black lines, partly transparent so the team colour shows through
-    ax.imshow(rgba, extent=(view.start_s / scale_s, view.end_s / scale_s, n_rows - 0.5, -0.5),
-              aspect="auto", interpolation="nearest", zorder=2.5)
-
-
-def _draw_node_outages(ax, log: RunLog, rows: GpuRows, view: GanttView, scale_s: float) -> None:
+def _draw_node_outages(p: svg.Panel, log: RunLog, rows: GpuRows, view: GanttView, scale_s: float) -> None:
     since: dict[str, float] = {}
     spans = []
     for t, node, kind, _ in log.node_events:
@@ -181,7 +129,7 @@ def _draw_node_outages(ax, log: RunLog, rows: GpuRows, view: GanttView, scale_s:
         elif kind == "repaired" and node in since:
             spans.append((node, since.pop(node), t))
     spans += [(node, t, view.end_s) for node, t in since.items()]
-    verts = []
+    boxes = []
     for node, a, b in spans:
         a, b = max(a, view.start_s), min(b, view.end_s)
         if b <= a:
@@ -191,20 +139,14 @@ def _draw_node_outages(ax, log: RunLog, rows: GpuRows, view: GanttView, scale_s:
         lo, hi = math.ceil(first / view.row_stride), last // view.row_stride
         if hi < lo:
             continue
-        verts.append([(a / scale_s, lo - 0.5), (a / scale_s, hi + 0.5), (b / scale_s, hi + 0.5),
-                      (b / scale_s, lo - 0.5)])
-    if verts:
-        ax.add_collection(PolyCollection(verts, facecolors=(0.5, 0.5, 0.5, 0.35), edgecolors="black",
-                                         linewidths=0.8, zorder=3))
+        boxes.append((a / scale_s, b / scale_s, lo - 0.5, hi + 0.5))
+    if boxes:
+        a, b, lo, hi = (np.array(c) for c in zip(*boxes))
+        p.rects(a, b, lo, hi, "#808080", ' fill-opacity="0.35" stroke="#000" stroke-width="0.8"')
 
 
-def _label_rows(ax, rows: GpuRows, view: GanttView) -> None:
-    """Name about 16 nodes on the y axis, at the row of their first shown GPU."""
+def _row_ticks(rows: GpuRows, view: GanttView) -> list[tuple[int, str]]:
+    """About 16 nodes named on the y axis, at the row of their first shown GPU."""
     names = list(rows.node_base)
     step = max(1, math.ceil(len(names) / 16))
-    ticks, labels = [], []
-    for name in names[::step]:
-        ticks.append(math.ceil(rows.node_base[name] / view.row_stride))
-        labels.append(name)
-    ax.set_yticks(ticks, labels, fontsize=7)
-    ax.set_ylabel("node / GPU")
+    return [(math.ceil(rows.node_base[name] / view.row_stride), name) for name in names[::step]]

@@ -1,17 +1,17 @@
 """``report.html``: one self-contained page comparing the policies of a simulation.
 
-Figures are PNGs embedded as base64 data URIs so the file opens offline and can be mailed.
+Figures are inline SVG (svg.py) drawn from binned series, so the file opens offline, can be
+mailed, and costs about two seconds of CPU for a month of three policies (most of it reading
+the event logs).
 Curves come from each policy's ``events.jsonl``; every number printed comes from the metrics
 dicts that ``timeshare simulate`` also writes to ``metrics.json``.
 """
 
 from __future__ import annotations
 
+import gc
 import json
-import multiprocessing
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from html import escape
@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 
 from ..durations import format_duration_s
-from . import figures, gantt, series, tables
+from . import figures, gantt, series, svg, tables
+from .palette import HOUR_S, bin_hours, program_colors, team_colors
 from .runlog import GpuRows, RunLog, fold_events, read_events
-from .style import HOUR_S, bin_hours, png_data_uri, program_colors, team_colors
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1450px; color: #222; }
 h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
-figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figure { margin: 1.2em 0; }
 figcaption { font-size: .9em; color: #444; max-width: 1100px; }
 table.metrics { border-collapse: collapse; font-size: .85em; margin: .5em 0; }
 table.metrics td, table.metrics th { border: 1px solid #ddd; padding: 2px 8px; }
@@ -50,14 +50,13 @@ def _end_s(result) -> float:
     return float(result.end_s)
 
 
-def _figure(img_uri: str, caption: str, fig_id: str) -> str:
-    return (f'<figure id="{fig_id}"><img src="{img_uri}" alt="{escape(fig_id)}">'
-            f"<figcaption>{caption}</figcaption></figure>")
+def _figure(body: str, caption: str, fig_id: str) -> str:
+    return f'<figure id="{fig_id}">{body}<figcaption>{caption}</figcaption></figure>\n'
 
 
 @dataclass
 class _Context:
-    """What every part of the report needs; small, so it pickles cheaply to worker processes."""
+    """What every part of the report needs."""
 
     rows: GpuRows
     teams: list[str]
@@ -95,67 +94,23 @@ def report_context(out_dir: Path, scenario, end_s: float, window: tuple[float, f
                     np.arange(0.0, end_s + 1, HOUR_S))
 
 
-class EarlyReport:
-    """The report started while the simulation still runs: each policy's part (reading its
-    events, the cluster picture, delivery figures, usage-ratio curves; most of the report's
-    time) is drawn in a worker process as soon as that policy's run ends, while the next
-    policy simulates. :meth:`finish` adds the figures that compare policies and writes the
-    page (:func:`write_report`; the parts are drawn again there only if a run ended before
-    ``scenario.duration_s``, which the early parts assumed)."""
-
-    def __init__(self, out_dir: Path, scenario, jobs: int = 1):
-        self.out_dir = Path(out_dir)
-        self.scenario = scenario
-        self.end_s = float(scenario.duration_s)
-        self.ctx = report_context(self.out_dir, scenario, self.end_s)
-        # spawned, not forked: a fork of the simulating process would share its pages copy-on-write,
-        # and the simulation, which touches every object it holds, would pay for copying them
-        self.pool = ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=multiprocessing.get_context("spawn"))
-        self.futures: dict[str, object] = {}
-
-    def add(self, policy: str, result) -> None:
-        """``policy``'s run ended and its events.jsonl is closed: start drawing its part."""
-        path = self.out_dir / policy / "events.jsonl"
-        if path.exists() and _end_s(result) == self.end_s and self.end_s > 0:
-            self.futures[policy] = self.pool.submit(_policy_part, self.ctx, policy, path, self.end_s,
-                                                    _metrics_of(result)["teams"])
-
-    def finish(self, results: dict) -> Path:
-        try:
-            parts = {p: f.result() for p, f in self.futures.items()}  # type: ignore[attr-defined]
-        finally:
-            self.pool.shutdown()
-        return write_report(self.out_dir, self.scenario, results, early=(self.ctx, self.end_s, parts))
-
-    def cancel(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
-
-
 def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, float] | None = None,
-                 max_gpu_rows: int = 256, jobs: int | None = None,
-                 early: tuple[_Context, float, dict[str, _PolicyPart]] | None = None) -> Path:
+                 max_gpu_rows: int = 256) -> Path:
     """Write ``out_dir/report.html`` for ``results`` ({policy: RunResult or metrics dict}).
 
     ``window`` = (start_s, end_s) of the cluster picture (default: 2 days in the middle of the
-    run); more than ``max_gpu_rows`` GPUs are thinned to every k-th GPU. Policies are read and
-    drawn in up to ``jobs`` processes (default: one per policy, at most one per core), since
-    reading a 30-day log and drawing its figures is seconds of single-threaded work each.
-    ``early``: a context and the parts already drawn with it (:class:`EarlyReport`), used when
-    the runs ended where that context assumed."""
+    run); more than ``max_gpu_rows`` GPUs are thinned to every k-th GPU. Each policy's curves
+    come from its ``events.jsonl``, read and folded once (runlog.py), then binned (series.py)
+    and drawn as SVG (figures.py, gantt.py): about two seconds of CPU for a month of three
+    policies, so it is all done in this process."""
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     metrics = {p: _metrics_of(r) for p, r in results.items()}
-    tree = scenario.tree()
-    teams = tree.leaves
     with_events = {p: out_dir / p / "events.jsonl" for p in results if (out_dir / p / "events.jsonl").exists()}
     missing = [p for p in results if p not in with_events]
     end_s = max((_end_s(results[p]) for p in with_events), default=0.0)
-    done: dict[str, _PolicyPart] = {}
-    if early is not None and window is None and max_gpu_rows == 256 and early[1] == end_s and end_s > 0:
-        ctx = early[0]
-        done = {p: part for p, part in early[2].items() if p in with_events}
-    else:
-        ctx = report_context(out_dir, scenario, end_s, window, max_gpu_rows, bool(with_events))
+    ctx = report_context(out_dir, scenario, end_s, window, max_gpu_rows, bool(with_events))
+    teams = ctx.teams
 
     parts = [f"<h1>timeshare simulation: {escape(scenario.name)}</h1>", _settings(scenario, metrics)]
     if missing:
@@ -169,21 +124,19 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
         parts.append("<p><b>Nothing ran</b>: the run is empty (no workload was submitted), so there is "
                      "nothing to draw.</p>")
     elif with_events:
-        jobs = max(1, min(jobs or os.cpu_count() or 1, len(with_events)))
-        with _pool(jobs) as pool:
-            todo = [p for p in with_events if p not in done]
-            drawn = dict(zip(todo, _map(pool, _policy_part, [
-                (ctx, p, with_events[p], _end_s(results[p]), metrics[p]["teams"]) for p in todo])))
-            policy_parts = {p: done[p] if p in done else drawn[p] for p in with_events}
-            logs = {p: part.log for p, part in policy_parts.items()}
-            ratio_teams = {p: part.ratio_teams for p, part in policy_parts.items()}
-            ratio_programs = {p: part.ratio_programs for p, part in policy_parts.items()}
-            shared = _map(pool, _render, [
-                (figures.ratio_figure, (ratio_teams, ctx.at_s, teams, ctx.lookback_window_s)),
-                (figures.ratio_figure, (ratio_programs, ctx.at_s, list(ctx.programs), ctx.lookback_window_s)),
-                (figures.waits_figure, (logs, metrics)),
-                (figures.preemptions_figure, (logs, metrics)),
-            ] + ([(figures.storage_figure, (metrics,))] if _any_checkpoints(metrics) else []))
+        policy_parts = {}
+        for p, path in with_events.items():
+            with _no_gc():
+                log = fold_events(read_events(path), p, _end_s(results[p]), ctx.teams, ctx.rows)
+            policy_parts[p] = _policy_part(ctx, p, log, metrics[p]["teams"])
+        run_logs = {p: part.log for p, part in policy_parts.items()}
+        ratio_teams = {p: part.ratio_teams for p, part in policy_parts.items()}
+        ratio_programs = {p: part.ratio_programs for p, part in policy_parts.items()}
+        shared = [figures.ratio_figure(ratio_teams, ctx.at_s, teams, ctx.lookback_window_s),
+                  figures.ratio_figure(ratio_programs, ctx.at_s, list(ctx.programs), ctx.lookback_window_s),
+                  figures.waits_figure(run_logs, metrics), figures.preemptions_figure(run_logs, metrics)]
+        if _any_checkpoints(metrics):
+            shared.append(figures.storage_figure(metrics))
         parts.append("<h2>The cluster</h2>")
         parts += [part.cluster_html for part in policy_parts.values()]
         parts += ["<h2>Allocation and delivery</h2>", _DELIVERY_INTRO]
@@ -214,7 +167,8 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
     parts += ["<h2>Teams</h2>", tables.teams_table(metrics)]
     parts.append(f'<p class="settings">rendered in {time.perf_counter() - t_start:.1f} s</p>')
     page = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>timeshare: "
-            f"{escape(scenario.name)}</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")
+            f"{escape(scenario.name)}</title><style>{_CSS}{svg.CSS}</style></head><body>{svg.DEFS}{''.join(parts)}"
+            "</body></html>\n")
     out = out_dir / "report.html"
     out.write_text(page)
     return out
@@ -234,26 +188,21 @@ _DELIVERY_INTRO = (
 
 
 @contextmanager
-def _pool(jobs: int):
-    if jobs <= 1:
-        yield None
-        return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield pool
-
-
-def _map(pool, fn, arg_tuples: list[tuple]) -> list:
-    if pool is None:
-        return [fn(*args) for args in arg_tuples]
-    return [f.result() for f in [pool.submit(fn, *args) for args in arg_tuples]]
+def _no_gc():
+    """The garbage collector off while a log is decoded and folded: 200k new objects without a
+    cycle among them set off collections that walk every object the process holds (after a
+    simulation, its whole state): 0.15 to 0.5 s of the month's report, for nothing."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _any_checkpoints(metrics: dict[str, dict]) -> bool:
     return any(m.get("checkpoint_storage", {}).get("peak_gbps", 0) > 0 for m in metrics.values())
-
-
-def _render(figure_fn, args: tuple) -> str:
-    return png_data_uri(figure_fn(*args))
 
 
 def _settings(scenario, metrics: dict) -> str:
@@ -266,11 +215,10 @@ def _settings(scenario, metrics: dict) -> str:
             f"policies: {escape(', '.join(metrics))}</p>")
 
 
-def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, team_metrics: dict) -> _PolicyPart:
-    """Everything drawn from one policy's log alone (runs in a worker process)."""
-    log = fold_events(read_events(events_path), policy, end_s, ctx.teams, ctx.rows)
+def _policy_part(ctx: _Context, policy: str, log: RunLog, team_metrics: dict) -> _PolicyPart:
+    """Everything drawn from one policy's log alone."""
     view = ctx.view
-    cluster = _figure(png_data_uri(gantt.draw_gantt(log, ctx.rows, view, ctx.colors)), (
+    cluster = _figure(gantt.draw_gantt(log, ctx.rows, view, ctx.colors), (
         f"<b>{escape(policy)}</b>: one row per GPU, {escape(view.describe(ctx.gpus_per_node))}; time "
         f"{view.start_s / HOUR_S:.1f} h to {view.end_s / HOUR_S:.1f} h of the run (choose another range with "
         "<code>timeshare report --window</code>). One bar per run of a workload, coloured by team with a "
@@ -283,8 +231,7 @@ def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, te
     hours = bin_hours(log.end_s)
     titles = [_attainment_title(fractions[t], team_metrics.get(t, {}).get("attainment"),
                                 team_metrics.get(t, {}).get("owed_gpu_hours")) for t in teams]
-    delivery = [_figure(png_data_uri(figures.delivery_figure(policy, th, teams, titles, hours,
-                                                             [ctx.colors[t] for t in teams])),
+    delivery = [_figure(figures.delivery_figure(policy, th, teams, titles, hours, [ctx.colors[t] for t in teams]),
                         f"<b>{escape(policy)}</b>, per team: solid = GPU time delivered to funded work, hatched "
                         "= delivered to other work (minimum runtime 0, owed to no one), black line = owed to "
                         f"funded work; mean GPUs over each {hours} h bin.",
@@ -294,8 +241,8 @@ def _policy_part(ctx: _Context, policy: str, events_path: Path, end_s: float, te
     for i, idx in enumerate(programs.values()):
         got = series.attainment(prog.funded[i], prog.owed[i])
         ptitles.append(_attainment_title(sum(fractions[teams[j]] for j in idx), got, prog.owed[i].sum() / HOUR_S))
-    delivery.append(_figure(png_data_uri(figures.delivery_figure(
-        policy, prog, list(programs), ptitles, hours, [program_colors(teams)[p] for p in programs])),
+    delivery.append(_figure(figures.delivery_figure(
+        policy, prog, list(programs), ptitles, hours, [program_colors(teams)[p] for p in programs]),
         f"<b>{escape(policy)}</b>, per program (first path component; attainment here is computed from the "
         "summed team series, not a metrics.json field).", f"fig-delivery-programs-{policy}"))
 

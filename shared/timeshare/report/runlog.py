@@ -9,6 +9,8 @@ the same way the metrics collector reads them, so the pictures agree with ``metr
 
 from __future__ import annotations
 
+import itertools
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,7 +90,7 @@ class RunLog:
 
 # Slim views of the events: only the fields the report reads. Decoding into these skips
 # building full WorkloadSpec / PreemptionReason structs, about half the cost on 30-day logs.
-class _Spec(msgspec.Struct):
+class _Spec(msgspec.Struct, gc=False):
     id: str
     project: str
     gpu_type: str
@@ -97,11 +99,11 @@ class _Spec(msgspec.Struct):
     min_runtime_s: int = 0
 
 
-class _Reason(msgspec.Struct):
+class _Reason(msgspec.Struct, gc=False):
     kind: str
 
 
-class _Slim(msgspec.Struct, tag_field="type"):
+class _Slim(msgspec.Struct, tag_field="type", gc=False):
     at_ms: int
 
 
@@ -173,10 +175,14 @@ _SLIM = {ev.WorkloadSubmitted: _Submitted, ev.WorkloadStarted: _Started, ev.Work
          ev.NodeUnhealthy: _Unhealthy, ev.NodeFailed: _NodeFailed, ev.NodeDrained: _Drained,
          ev.NodeRepaired: _Repaired, ev.MinRuntimeReached: _MinRuntime, ev.WorkloadRequeued: _Requeued,
          ev.BudgetChanged: _BudgetChanged}
+# Every other event type (notices, checkpoints, ... and any added to events.py later) as a bare
+# slim view, so one log decodes with the slim union alone: a tag it does not know would send the
+# whole file to the full decoder, the slower path.
+for _t in typing.get_args(ev.Event):
+    if _t not in _SLIM:
+        _SLIM[_t] = msgspec.defstruct(f"_{_t.__name__}", [], bases=(_Slim,), tag=_t.__struct_config__.tag)
 _SLIM_OF = {v: k for k, v in _SLIM.items()}  # slim type -> the event type it stands for
-_slim_decoder = msgspec.json.Decoder(_Started | _Submitted | _Preempted | _Ended | _Failed | _Cancelled |
-                                     _Unhealthy | _NodeFailed | _Drained | _Repaired | _MinRuntime |
-                                     _Requeued | _BudgetChanged)
+_slim_decoder = msgspec.json.Decoder(typing.Union[tuple(_SLIM.values())])
 _full_decoder = msgspec.json.Decoder(ev.Event)
 
 
@@ -192,127 +198,129 @@ def read_events(path: Path) -> list:
         return _full_decoder.decode_lines(data)
 
 
+# What the fold does with each event type (slim views and full events alike).
+_SUB, _START, _PRE, _DONE, _FAIL, _CANCEL, _NODE, _OTHER = range(8)
+_CODE_OF_EVENT = {ev.WorkloadSubmitted: _SUB, ev.WorkloadStarted: _START, ev.WorkloadPreempted: _PRE,
+                  ev.WorkloadCompleted: _DONE, ev.WorkloadFailed: _FAIL, ev.WorkloadCancelled: _CANCEL,
+                  ev.NodeUnhealthy: _NODE, ev.NodeFailed: _NODE, ev.NodeDrained: _NODE, ev.NodeRepaired: _NODE}
+_CODE = {**_CODE_OF_EVENT, **{slim: _CODE_OF_EVENT[t] for t, slim in _SLIM.items() if t in _CODE_OF_EVENT}}
+#: how a segment closed by each code ended (index into END_KINDS)
+_END_OF_CODE = np.zeros(8, np.int8)
+_END_OF_CODE[[_PRE, _DONE, _FAIL, _CANCEL]] = [_END["preempted"], _END["completed"], _END["failed"],
+                                               _END["cancelled"]]
+_NODE_KIND = {ev.NodeUnhealthy: "unhealthy", ev.NodeFailed: "failed", ev.NodeDrained: "drained",
+              ev.NodeRepaired: "repaired"}
+
+
 def fold_events(events, policy: str, end_s: float, teams: list[str], rows: GpuRows) -> RunLog:
-    """Fold an ordered event stream into a RunLog (``end_s`` closes what is still open)."""
+    """Fold an ordered event stream into a RunLog (``end_s`` closes what is still open).
+
+    Column by column rather than event by event: the events are split by type (keeping their
+    positions), each type's fields become arrays in one comprehension, and a run's end is found
+    by sorting starts and ends by (workload, position): an end closes the start just before it
+    of the same workload, if that start is still open (a workload runs once at a time). Workload
+    ids are unique per submission (a resubmission has an id of its own)."""
+    events = events if isinstance(events, list) else list(events)
+    f64, i32 = np.float64, np.int32
     pools = list(rows.pool_gpus)
     pool_idx = {p: i for i, p in enumerate(pools)}
     team_idx = {t: i for i, t in enumerate(teams)}
-    kinds: dict[str, int] = {}
+    code_of = _CODE
+    codes = np.fromiter((code_of.get(type(e), _OTHER) for e in events), np.int8, len(events))
 
-    seg_wid, seg_team, seg_pool, seg_gpus, seg_t0, seg_t1 = [], [], [], [], [], []
-    seg_alloc, seg_min_rt, seg_int_from, seg_end = [], [], [], []
-    row_seg, gpu_row = [], []
-    open_seg: dict[str, int] = {}
-    spec_of: dict[str, object] = {}
-    submit_s: dict[str, float] = {}
-    resubmit: dict[str, bool] = {}
-    first_wait: dict[str, float] = {}
-    d_t, d_delta, d_team, d_pool, d_min_rt = [], [], [], [], []
-    p_t, p_reason = [], []
-    node_events = []
+    def where(*kinds):
+        return np.flatnonzero(np.isin(codes, kinds)) if len(kinds) > 1 else np.flatnonzero(codes == kinds[0])
 
-    def close(wid: str, t: float, how: str) -> None:
-        i = open_seg.pop(wid, None)
-        if i is not None:
-            seg_t1[i] = t
-            seg_end[i] = _END[how]
-            seg_int_from[i] = min(seg_int_from[i], t)
+    def pick(positions: np.ndarray) -> list:
+        return [events[i] for i in positions.tolist()]
 
-    def end_demand(wid: str, t: float) -> None:
-        spec = spec_of[wid]
-        d_t.append(t)
-        d_delta.append(-spec.gpus)
-        d_team.append(team_idx[spec.project])
-        d_pool.append(pool_idx[spec.gpu_type])
-        d_min_rt.append(spec.min_runtime_s > 0)
+    # submissions: what each workload asks for (index = position among submissions)
+    subs = pick(where(_SUB))
+    specs = [e.workload for e in subs]
+    wid_of = {s.id: i for i, s in enumerate(specs)}
+    sub_t = np.array([e.at_ms for e in subs], f64) / 1000
+    spec_team = np.array([team_idx[s.project] for s in specs], i32)
+    spec_pool = np.array([pool_idx[s.gpu_type] for s in specs], i32)
+    spec_gpus = np.array([s.gpus for s in specs], f64)
+    spec_min_rt = np.array([s.min_runtime_s > 0 for s in specs], bool)
+    kind_names = list(dict.fromkeys(s.kind for s in specs))
+    kind_idx = {k: i for i, k in enumerate(kind_names)}
+    spec_kind = np.array([kind_idx[s.kind] for s in specs], i32)
+    resubmit = np.array([bool(e.resubmit_of) for e in subs], bool)
 
-    for e in events:
-        t = e.at_ms / 1000
-        typ = type(e)
-        typ = _SLIM_OF.get(typ, typ)  # a slim view stands for its event type
-        if typ is ev.WorkloadStarted:
-            wid = e.workload_id
-            i = len(seg_t0)
-            open_seg[wid] = i
-            seg_wid.append(wid)
-            seg_team.append(team_idx[e.project])
-            seg_pool.append(pool_idx[e.gpu_type])
-            seg_gpus.append(e.gpus)
-            seg_t0.append(t)
-            seg_t1.append(end_s)
-            seg_alloc.append(e.allocated)
-            seg_min_rt.append(spec_of[wid].min_runtime_s > 0)
-            if e.non_preemptible:
-                seg_int_from.append(float("inf"))  # baseline opt-out: never interruptible
-            elif e.protected_until_ms is not None:
-                seg_int_from.append(max(t, e.protected_until_ms / 1000))
-            else:
-                seg_int_from.append(t)
-            seg_end.append(_END["running"])
-            for pg in e.placement:
-                base = rows.node_base[pg.node]
-                for g in pg.gpu_ids:
-                    row_seg.append(i)
-                    gpu_row.append(base + g)
-            if wid not in first_wait:
-                first_wait[wid] = t - submit_s[wid]
-        elif typ is ev.WorkloadSubmitted:
-            spec = e.workload
-            spec_of[spec.id] = spec
-            submit_s[spec.id] = t
-            resubmit[spec.id] = bool(e.resubmit_of)
-            kinds.setdefault(spec.kind, len(kinds))
-            d_t.append(t)
-            d_delta.append(spec.gpus)
-            d_team.append(team_idx[spec.project])
-            d_pool.append(pool_idx[spec.gpu_type])
-            d_min_rt.append(spec.min_runtime_s > 0)
-        elif typ is ev.WorkloadPreempted:
-            close(e.workload_id, t, "preempted")
-            p_t.append(t)
-            p_reason.append(e.reason.kind)
-            if not e.resumable:
-                end_demand(e.workload_id, t)
-        elif typ is ev.WorkloadCompleted:
-            close(e.workload_id, t, "completed")
-            end_demand(e.workload_id, t)
-        elif typ is ev.WorkloadFailed or typ is ev.WorkloadCancelled:
-            close(e.workload_id, t, "failed" if typ is ev.WorkloadFailed else "cancelled")
-            end_demand(e.workload_id, t)
-        elif typ is ev.NodeUnhealthy:
-            node_events.append((t, e.node, "unhealthy", e.needs_human))
-        elif typ is ev.NodeFailed:
-            node_events.append((t, e.node, "failed", False))
-        elif typ is ev.NodeDrained:
-            node_events.append((t, e.node, "drained", False))
-        elif typ is ev.NodeRepaired:
-            node_events.append((t, e.node, "repaired", False))
+    # starts: one segment each
+    start_pos = where(_START)
+    starts = pick(start_pos)
+    st_w = np.array([wid_of[e.workload_id] for e in starts], np.int64)
+    st_t = np.array([e.at_ms for e in starts], f64) / 1000
+    inf = float("inf")
+    # from when it could be interrupted: never (baseline opt-out), after its protection, or at once
+    int_from = np.maximum(st_t, np.array([inf if e.non_preemptible else -inf if e.protected_until_ms is None
+                                          else e.protected_until_ms / 1000 for e in starts], f64))
+    base = rows.node_base
+    # the GPU rows each start holds: its placement's (node, GPU ids) chunks, flattened
+    chunks = [pg for e in starts for pg in e.placement]
+    chunk_seg = np.repeat(np.arange(len(starts), dtype=i32), [len(e.placement) for e in starts])
+    chunk_len = [len(pg.gpu_ids) for pg in chunks]
+    gpu_row = (np.repeat(np.array([base[pg.node] for pg in chunks], i32), chunk_len)
+               + np.fromiter(itertools.chain.from_iterable(pg.gpu_ids for pg in chunks), i32))
+    row_seg = np.repeat(chunk_seg, chunk_len)
 
-    for i in open_seg.values():
-        seg_int_from[i] = min(seg_int_from[i], end_s)
+    # ends: preempted, completed, failed, cancelled
+    end_pos = where(_PRE, _DONE, _FAIL, _CANCEL)
+    ends = pick(end_pos)
+    end_w = np.array([wid_of[e.workload_id] for e in ends], np.int64)
+    end_t = np.array([e.at_ms for e in ends], f64) / 1000
+    end_code = codes[end_pos]
+    n_start = len(starts)
+    order = np.lexsort((np.concatenate((start_pos, end_pos)), np.concatenate((st_w, end_w))))
+    is_start = order < n_start
+    closes = np.flatnonzero(~is_start[1:] & is_start[:-1]) + 1  # an end right after a start ...
+    closes = closes[np.concatenate((st_w, end_w))[order[closes]] == np.concatenate((st_w, end_w))[order[closes - 1]]]
+    seg_i, end_i = order[closes - 1], order[closes] - n_start  # ... of the same workload
+    seg_t1 = np.full(n_start, float(end_s))
+    seg_t1[seg_i] = end_t[end_i]
+    seg_end = np.full(n_start, _END["running"], np.int8)
+    seg_end[seg_i] = _END_OF_CODE[end_code[end_i]]
+    int_from = np.minimum(int_from, seg_t1)
+
+    # demand: asked for from submission until it completes, fails, is cancelled, or is
+    # preempted without being resumable
+    preempted = [e for e, c in zip(ends, end_code.tolist()) if c == _PRE]
+    resumable = np.ones(len(ends), bool)
+    resumable[end_code == _PRE] = [e.resumable for e in preempted]
+    gone = (end_code != _PRE) | ~resumable
+    gone_w = end_w[gone]
+    demand_t = np.concatenate((sub_t, end_t[gone]))
+    demand_delta = np.concatenate((spec_gpus, -spec_gpus[gone_w]))
+    demand_team = np.concatenate((spec_team, spec_team[gone_w]))
+    demand_pool = np.concatenate((spec_pool, spec_pool[gone_w]))
+    demand_min_rt = np.concatenate((spec_min_rt, spec_min_rt[gone_w]))
 
     # first waits, censored at the end for work never started (as metrics.py counts them)
-    kind_names = list(kinds)
-    waits, wait_kind = [], []
-    for wid, spec in spec_of.items():
-        if resubmit[wid]:
-            continue
-        waits.append(first_wait.get(wid, end_s - submit_s[wid]))
-        wait_kind.append(kinds[spec.kind])
+    first_start = np.full(len(specs), np.nan)
+    started_w, first = np.unique(st_w, return_index=True)
+    first_start[started_w] = st_t[first]
+    wait = np.where(np.isnan(first_start), end_s, first_start) - sub_t
+    original = ~resubmit
 
-    f64, i32 = np.float64, np.int32
+    node_events = []
+    for e in pick(where(_NODE)):
+        kind = _NODE_KIND[_SLIM_OF.get(type(e), type(e))]
+        node_events.append((e.at_ms / 1000, e.node, kind, bool(getattr(e, "needs_human", False))))
+
     return RunLog(
         policy=policy, end_s=end_s, teams=teams, kinds=kind_names,
-        seg_workload=seg_wid, seg_team=np.array(seg_team, i32), seg_pool=np.array(seg_pool, i32),
-        seg_gpus=np.array(seg_gpus, i32), seg_t0_s=np.array(seg_t0, f64), seg_t1_s=np.array(seg_t1, f64),
-        seg_allocated=np.array(seg_alloc, bool), seg_min_runtime=np.array(seg_min_rt, bool),
-        seg_interruptible_from_s=np.array(seg_int_from, f64), seg_end=np.array(seg_end, np.int8),
-        row_seg=np.array(row_seg, i32), gpu_row=np.array(gpu_row, i32),
-        wait_s=np.array(waits, f64), wait_kind=np.array(wait_kind, i32),
-        demand_t_s=np.array(d_t, f64), demand_delta=np.array(d_delta, f64),
-        demand_team=np.array(d_team, i32), demand_pool=np.array(d_pool, i32),
-        demand_min_runtime=np.array(d_min_rt, bool),
-        preempt_t_s=np.array(p_t, f64), preempt_reason=p_reason, node_events=node_events, pools=pools,
+        seg_workload=[e.workload_id for e in starts], seg_team=np.array([team_idx[e.project] for e in starts], i32),
+        seg_pool=np.array([pool_idx[e.gpu_type] for e in starts], i32),
+        seg_gpus=np.array([e.gpus for e in starts], i32), seg_t0_s=st_t, seg_t1_s=seg_t1,
+        seg_allocated=np.array([e.allocated for e in starts], bool), seg_min_runtime=spec_min_rt[st_w],
+        seg_interruptible_from_s=int_from, seg_end=seg_end, row_seg=row_seg, gpu_row=gpu_row,
+        wait_s=wait[original], wait_kind=spec_kind[original],
+        demand_t_s=demand_t, demand_delta=demand_delta, demand_team=demand_team, demand_pool=demand_pool,
+        demand_min_runtime=demand_min_rt,
+        preempt_t_s=np.array([e.at_ms for e in preempted], f64) / 1000,
+        preempt_reason=[e.reason.kind for e in preempted], node_events=node_events, pools=pools,
     )
 
 

@@ -1,4 +1,5 @@
-"""Shared look of the figures: team and policy colours, time units, PNG encoding."""
+"""matplotlib figures (the sweep page): PNG encoding, small multiples with a measured header, a
+layout check. Colours and time units are in palette.py (re-exported here)."""
 
 from __future__ import annotations
 
@@ -13,63 +14,12 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: the report is written to a file
 
-from matplotlib import colormaps  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-HOUR_S = 3600
-DAY_S = 86400
-
-POLICY_COLORS = {"budget": "#1f77b4", "baseline": "#d62728", "fifo": "#7f7f7f"}
-REASON_COLORS = {"unallocated": "#9ecae1", "fair_share": "#3182bd", "drain": "#ff7f0e",
-                 "node_failed": "#d62728", "priority": "#756bb1"}
-
-
-def policy_color(policy: str, i: int = 0) -> str:
-    return POLICY_COLORS.get(policy, colormaps["tab10"](i % 10))
-
-
-#: one single-hue sequential colormap per program (first path component), in this order; a
-#: program's teams take shades of it from light to dark. Past six programs the hues repeat.
-PROGRAM_COLORMAPS = ("Blues", "Oranges", "Greens", "Purples", "Reds", "Greys")
-#: the part of each colormap the shades come from (its lightest end is too close to white)
-_SHADES = (0.3, 1.0)
-
-
-def team_colors(teams: list[str]) -> dict[str, tuple]:
-    """A colour per team: a hue per program, a shade of it per team within the program.
-
-    Teams are taken in path order, so neighbours in the tree (and in every legend) are
-    neighbouring shades of one hue. Workload shades (gantt.py) vary lightness only a little
-    around the team's colour."""
-    lo, hi = _SHADES
-    out = {}
-    for program, cmap in _program_colormaps(teams).items():
-        members = sorted(t for t in teams if t.split("/")[0] == program)
-        k = len(members)
-        for j, t in enumerate(members):
-            out[t] = cmap(0.7 if k == 1 else lo + (hi - lo) * j / (k - 1))
-    return out
-
-
-def program_colors(teams: list[str]) -> dict[str, tuple]:
-    """A colour per program (first path component): the middle shade of its teams' hue."""
-    return {program: cmap(0.7) for program, cmap in _program_colormaps(teams).items()}
-
-
-def _program_colormaps(teams: list[str]) -> dict:
-    programs = sorted({t.split("/")[0] for t in teams})
-    return {p: colormaps[PROGRAM_COLORMAPS[i % len(PROGRAM_COLORMAPS)]] for i, p in enumerate(programs)}
-
-
-def time_axis(span_s: float) -> tuple[float, str]:
-    """Seconds per axis unit: hours for up to three days, days beyond."""
-    return (HOUR_S, "h") if span_s <= 3 * DAY_S else (DAY_S, "days")
-
-
-def bin_hours(end_s: float) -> int:
-    """Hourly bins up to four days, six-hourly beyond (30 days -> 120 bins)."""
-    return 1 if end_s <= 4 * DAY_S else 6
+# the colours and units (palette.py, no matplotlib), here too for the sweep page and the tests
+from .palette import (DAY_S, HOUR_S, POLICY_COLORS, PROGRAM_COLORMAPS, REASON_COLORS, bin_hours,  # noqa: E402,F401
+                      policy_color, program_colors, team_colors, time_axis)
 
 
 def png_data_uri(fig: Figure, dpi: int = 100) -> str:

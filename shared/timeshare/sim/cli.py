@@ -152,25 +152,15 @@ def simulate_command(args) -> int:
     policies = sorted(policies, key=lambda p: (_ORDER.index(p) if p in _ORDER else len(_ORDER), p))
     out_dir = Path(args.out) if args.out else None
     t0 = time.perf_counter()
-    early = None
     try:
         scenario = load_scenario(args.scenario, parse_overrides(args.set))
         print(f"simulating {scenario.name} ({format_duration_s(scenario.duration_s)}, {len(scenario.workloads)} "
               f"workloads; {', '.join(policies)}) with the {core_kind()} core", file=sys.stderr, flush=True)
-        if out_dir is not None and not args.no_report:
-            try:
-                from ..report.html import EarlyReport
-            except ImportError:
-                pass
-            else:
-                # each policy's part of report.html is drawn in a worker process while the next
-                # policy simulates
-                early = EarlyReport(out_dir, scenario)
+        # report.html is drawn after the summary, in this process: about two seconds of CPU for the
+        # built-in month (a worker drawing it beside the next policy's run cost more CPU in all)
         metrics = simulate(args.scenario, policies, out_dir, {}, show_progress=not args.no_progress,
-                           report=False, scenario=scenario, on_done=early.add if early is not None else None)
+                           report=False, scenario=scenario)
     except (InputError, OSError) as exc:
-        if early is not None:
-            early.cancel()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(render_summary(scenario.name, metrics), flush=True)
@@ -182,7 +172,7 @@ def simulate_command(args) -> int:
         print(f"\nrendering {out_dir / 'report.html'} (the summary above is final)...", file=sys.stderr, flush=True)
         t1 = time.perf_counter()
         try:
-            path = early.finish(metrics) if early is not None else render_report(out_dir, scenario, metrics)
+            path = render_report(out_dir, scenario, metrics)
         except (ValueError, OSError) as exc:
             print(f"error: report.html: {exc}", file=sys.stderr)
             path = None
