@@ -365,7 +365,7 @@ def _requests(state: SchedulerState, pool: Pool,
                 q = selected.get((gpu_type, w.leaf, w.queue_class))
                 if q is None:
                     q = selected[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
-                q.add(w.gpus, w.key)
+                q.add(w.gpus, w.key, w.min_runtime_s)
         fresh.clear()
         if not selected:
             return None
