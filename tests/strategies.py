@@ -92,3 +92,50 @@ def contended_scenarios(draw):
                 min_runtime=draw(st.sampled_from([600, HOUR, 2 * HOUR])), resumable=True,
                 checkpoint=draw(st.sampled_from([600, 1800])), notice=draw(st.sampled_from([None, 30, 120])))
     return builder.build()
+
+
+@st.composite
+def reserved_scenarios(draw):
+    """A gang reservation stands while a backlog waits: one leaf's whole-node gangs wait behind
+    protected work, and the other leaves queue many small allocated requests of a few sizes whose
+    minimum runtimes are short (not kept off the reserved nodes: they end before the gang can
+    start) or long (kept off), mixed within a size, next to unallocated work that the allocated
+    requests may take. The phase 3 and 4 walks skip requests kept off those nodes a size at a
+    time (scheduler._kept_out_bound)."""
+    gpn = draw(st.sampled_from([2, 4, 8]))
+    nodes = draw(st.integers(3, 6))
+    builder = ScenarioBuilder(duration=draw(st.integers(6 * HOUR, 86400)), seed=0)
+    builder.policy(lookback_window_s=draw(st.sampled_from(["1d", "7d"])), max_min_runtime_s="2h",
+                   resubmit_delay_s=draw(st.sampled_from([0, 600])),
+                   unallocated_preemption=draw(st.sampled_from(["any", "fair"])),
+                   unallocated_headroom=draw(st.sampled_from([0.0, 0.0, 0.2])))
+    builder.pool("H100", nodes, gpn, draw(st.sampled_from([None, 2])))
+    shares = draw(trees(max_depth=3))
+    for path, share in shares.items():
+        builder.team(path, share)
+    leaves = leaves_of(shares)
+    gang_leaf = draw(st.sampled_from(leaves))
+    n = 0
+    # protected work that fills the pool first, then the gangs
+    for i in range(draw(st.integers(1, nodes))):
+        builder.workload(f"p{i}", draw(st.sampled_from(leaves)), gpus=draw(st.sampled_from([1, gpn // 2 or 1, gpn])),
+                         work=draw(st.integers(HOUR, 4 * HOUR)), submit=0,
+                         min_runtime=draw(st.sampled_from([HOUR, 2 * HOUR])), resumable=True, checkpoint=1800)
+    for i in range(draw(st.integers(1, 3))):
+        builder.workload(f"g{i}", gang_leaf, gpus=gpn * draw(st.integers(2, min(nodes, 3))),
+                         work=draw(st.integers(600, 2 * HOUR)), submit=draw(st.integers(0, 1800)),
+                         min_runtime=draw(st.sampled_from([600, HOUR])), priority=draw(st.sampled_from(["normal", "high"])))
+    sizes = draw(st.lists(st.sampled_from(sorted({1, max(1, gpn // 2), gpn})), min_size=1, max_size=3, unique=True))
+    for burst in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, 3 * HOUR))
+        for leaf in draw(st.lists(st.sampled_from(leaves), min_size=1, max_size=3, unique=True)):
+            for _ in range(draw(st.integers(2, 12))):
+                builder.workload(
+                    f"b{n}", leaf, gpus=draw(st.sampled_from(sizes)), work=draw(st.integers(60, 2 * HOUR)),
+                    submit=at + draw(st.integers(0, 120)),
+                    min_runtime=draw(st.sampled_from([0, 60, 300, 600, 600, HOUR, 2 * HOUR, 2 * HOUR])),
+                    resumable=draw(st.booleans()), checkpoint=draw(st.sampled_from([None, 300, 1800])),
+                    priority=draw(st.sampled_from(["low", "normal", "high"])),
+                    notice=draw(st.sampled_from([None, None, 30])))
+                n += 1
+    return builder.build()

@@ -16,19 +16,33 @@ Limit = Callable[[], float]
 
 
 class LeafQueue:
-    __slots__ = ("by_size", "count", "version")
+    __slots__ = ("by_size", "count", "version", "runtimes", "_shortest")
 
     def __init__(self) -> None:
         self.by_size: dict[int, list[Key]] = {}
         self.count = 0
         self.version = 0  # moves on every change: a walk re-finds its place only then
+        #: per GPU count, how many of its requests declare each minimum runtime (seconds): a
+        #: pass skips, in one step, the sizes whose every request a gang reservation keeps off
+        #: its nodes (reservation.keeps_off depends on the minimum runtime)
+        self.runtimes: dict[int, dict[int, int]] = {}
+        #: per GPU count, min(runtimes[gpus]) once asked for (dropped when it may have moved)
+        self._shortest: dict[int, int] = {}
 
-    def add(self, gpus: int, key: Key) -> None:
+    def add(self, gpus: int, key: Key, min_runtime_s: int = 0) -> None:
         insort(self.by_size.setdefault(gpus, []), key)
         self.count += 1
         self.version += 1
+        counts = self.runtimes.get(gpus)
+        if counts is None:
+            counts = self.runtimes[gpus] = {}
+        counts[min_runtime_s] = counts.get(min_runtime_s, 0) + 1
+        shortest = self._shortest.get(gpus)
+        if shortest is not None and min_runtime_s < shortest:
+            self._shortest[gpus] = min_runtime_s
 
-    def remove(self, gpus: int, key: Key) -> None:
+    def remove(self, gpus: int, key: Key, min_runtime_s: int = 0) -> None:
+        """Take out the request added as ``(gpus, key, min_runtime_s)``."""
         keys = self.by_size[gpus]
         i = bisect_left(keys, key)
         if i == len(keys) or keys[i] != key:
@@ -38,6 +52,26 @@ class LeafQueue:
             del self.by_size[gpus]
         self.count -= 1
         self.version += 1
+        counts = self.runtimes[gpus]
+        left = counts[min_runtime_s] - 1
+        if left:
+            counts[min_runtime_s] = left
+        else:
+            del counts[min_runtime_s]
+            if not counts:
+                del self.runtimes[gpus]
+            if self._shortest.get(gpus) == min_runtime_s:
+                del self._shortest[gpus]
+
+    def shortest_runtime_s(self, gpus: int) -> int:
+        """The shortest minimum runtime among the requests of ``gpus`` GPUs (0: none)."""
+        shortest = self._shortest.get(gpus)
+        if shortest is None:
+            counts = self.runtimes.get(gpus)
+            if not counts:
+                return 0
+            shortest = self._shortest[gpus] = min(counts)
+        return shortest
 
     def min_gpus(self) -> int:
         return min(self.by_size) if self.by_size else 0

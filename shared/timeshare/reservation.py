@@ -43,7 +43,13 @@ def keeps_off(reservation: Reservation | None, w: Workload, view: FairShareView,
     deserving leaf could use now)."""
     if reservation is None or w.id == reservation.workload_id or now_s + w.min_runtime_s <= reservation.until_s:
         return False
-    split = view.tree.divergence(w.leaf, reservation.leaf)
+    return keeps_leaf_off(reservation, w.leaf, view)
+
+
+def keeps_leaf_off(reservation: Reservation, leaf: str, view: FairShareView) -> bool:
+    """The part of :func:`keeps_off` that depends only on the request's leaf: whether it does
+    not stand before the gang's leaf where their paths part."""
+    split = view.tree.divergence(leaf, reservation.leaf)
     return split is None or not view.key(split[0]) < view.key(split[1])
 
 

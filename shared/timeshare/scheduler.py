@@ -38,7 +38,7 @@ from .fairshare import FairShareView
 from .placement import find_victims, lost_gpu_s, preemptible_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .rejected import rejected_candidates, with_rejected
-from .reservation import Reservation, keeps_off, plan_reservation
+from .reservation import Reservation, keeps_leaf_off, keeps_off, plan_reservation
 from .rules import (RULE_DUE_SHARE, RULE_UNALLOCATED, free_at_s, richer_in_all, room_by_depth, runs_allocated,
                     unallocated_cap_gpus)
 from .state import PENDING, SchedulerState, Workload
@@ -131,6 +131,18 @@ class _Failed:
 
     def __init__(self) -> None:
         self.size: int = _NO_FAILURE
+
+
+class _KeptOutFailed:
+    """Phase 4: the last allocated request of a leaf kept off the reserved nodes that could
+    neither start nor preempt, and the pool's change stamp then (as _LeafTurn.kept_out_fail in
+    phase 3)."""
+
+    __slots__ = ("size", "seq")
+
+    def __init__(self) -> None:
+        self.size: int = _NO_FAILURE
+        self.seq = -1
 
 
 class _LeafTurn:
@@ -365,7 +377,7 @@ def _requests(state: SchedulerState, pool: Pool,
                 q = selected.get((gpu_type, w.leaf, w.queue_class))
                 if q is None:
                     q = selected[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
-                q.add(w.gpus, w.key)
+                q.add(w.gpus, w.key, w.min_runtime_s)
         fresh.clear()
         if not selected:
             return None
@@ -428,7 +440,13 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             q = queues[(gpu_type, leaf, "a")]
 
             def limit(turn: _LeafTurn = turn, leaf: str = leaf, q: LeafQueue = q) -> float:
-                return _phase3_limit(state, pool, view, tree, fair, hysteresis, unprotected, turn, leaf, q, cached)
+                bound = _phase3_limit(state, pool, view, tree, fair, hysteresis, unprotected, turn, leaf, q, cached)
+                if cached and turn.kept_out_seq == pool.change_seq and turn.kept_out_fail < bound:
+                    # the requests the check below would skip, a whole size at a time
+                    kept = _kept_out_bound(p, q, leaf, turn.kept_out_fail, bound)
+                    if kept < bound:
+                        return kept
+                return bound
 
             turn.walker = walk([q], limit)
         item = next(turn.walker, None)
@@ -509,11 +527,15 @@ def _phase4_everything_else(p: _Pass) -> None:
         active[i] = 0  # (all zero already: phase 3 ends when no leaf is active)
     walkers: dict[str, Iterator[tuple[Key, int]]] = {}
     failed: dict[tuple[str, str], _Failed] = {}  # per leaf and queue class
+    #: per leaf: its last allocated request kept off the reserved nodes that failed (only
+    #: allocated requests are kept off, all of queue class "a")
+    kept_out: dict[str, _KeptOutFailed] = {}
     unallocated_gpus = state.unallocated_gpus
     headroom = p.headroom_gpus
     for leaf in tree.leaves:
         qs: list[LeafQueue] = []
         limits: list[Limit] = []
+        kept_cell = kept_out[leaf] = _KeptOutFailed()
         for cls in ("u", "a"):
             q = queues.get((gpu_type, leaf, cls))
             if q is None or not q.count:
@@ -522,7 +544,9 @@ def _phase4_everything_else(p: _Pass) -> None:
             # class keeps its own smallest failed size
             cell = failed[(leaf, cls)] = _Failed()
 
-            def limit4(cell: _Failed = cell, kept: int = headroom if cls == "u" else 0) -> int:
+            def limit4(cell: _Failed = cell, kept: int = headroom if cls == "u" else 0, q: LeafQueue = q,
+                       leaf: str = leaf, kept_out_cell: _KeptOutFailed | None = kept_cell if cls == "a" else None
+                       ) -> int:
                 # max(fit, min(size - 1, open, spare + unallocated)) + 1, in native ints, where
                 # spare is the free GPUs beyond the headroom (unallocated requests) or all
                 if not cached:
@@ -540,7 +564,13 @@ def _phase4_everything_else(p: _Pass) -> None:
                 fit = pool.fit_limit()
                 if spare < fit:
                     fit = spare
-                return (fit if fit > cap else cap) + 1
+                bound = (fit if fit > cap else cap) + 1
+                if kept_out_cell is not None and kept_out_cell.seq == pool.change_seq and kept_out_cell.size < bound:
+                    # the requests the check in the loop below would skip, a whole size at a time
+                    kept_bound = _kept_out_bound(p, q, leaf, kept_out_cell.size, bound)
+                    if kept_bound < bound:
+                        return kept_bound
+                return bound
 
             qs.append(q)
             limits.append(limit4)
@@ -566,6 +596,13 @@ def _phase4_everything_else(p: _Pass) -> None:
             continue
         allocated = runs_allocated(w.min_runtime_s, tree.nodes[leaf].fraction)
         exclude = p.excluded_for(w) if allocated else frozenset()
+        kept = kept_out[leaf]
+        if cached and exclude and gpus >= kept.size and kept.seq == pool.change_seq:
+            # nothing started or stopped since a request of this leaf at most as large, kept off
+            # the same nodes, found neither free GPUs nor victims: this one fails as well (as in
+            # phase 3; a larger request fits nowhere a smaller one did not, and with fewer
+            # subtrees richer may preempt no more)
+            continue
         # rule "headroom": unallocated work leaves the pool's headroom free (config.py)
         spare = pool.free_gpus - (0 if allocated else headroom)
         nodes = pool.find_free(gpus, exclude) if gpus <= spare else None
@@ -578,13 +615,21 @@ def _phase4_everything_else(p: _Pass) -> None:
         if cached and not state.unallocated_gpus[gpu_type]:
             if not exclude:  # (kept off the reserved nodes, a larger request may still fit: as below)
                 failed[failed_key].size = gpus
+            else:
+                kept.size, kept.seq = gpus, pool.change_seq
             continue
         total = view.total_fill
         richer, mask, reachable, take_any, free_limit, side_caps = _unallocated_victims(p, w, gpus, allocated, spare)
+        capped: list[bool] = []
         plan = (_preemption_plan(state, pool, view, w, {}, now_s, exclude, reservation if exclude else None,
                                  unallocated_from=richer, unallocated_mask=mask, unallocated_caps=side_caps,
-                                 memo_space="beyond" if allocated else "free", cached=cached, free_limit=free_limit)
+                                 memo_space="beyond" if allocated else "free", cached=cached, free_limit=free_limit,
+                                 capped=capped)
                 if reachable >= gpus or not cached else None)
+        # no victims at all, and no cap turned a node down (a capped failure depends on fills and
+        # on the order of costs): a larger request kept off the same nodes finds none either
+        if plan is None and exclude and not capped:
+            kept.size, kept.seq = gpus, pool.change_seq
         if plan is not None and not allocated and sum(v.gpus for v in plan[1]) < gpus - max(spare, 0):
             plan = None  # it would take free GPUs of the headroom
         if plan is None:
@@ -798,6 +843,31 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     if plan is None:
         return None
     return plan[0], plan[1], victims_of
+
+
+def _kept_out_bound(p: _Pass, q: LeafQueue, leaf: str, failed: int, below: int | float) -> int:
+    """A walk limit for phases 3 and 4 (a cache: the reference mode has none). A request of
+    ``leaf`` of ``failed`` GPUs kept off the reserved nodes found neither free GPUs nor victims,
+    and nothing started or stopped since: a larger request kept off the same nodes fails as well,
+    and the loop skips it; one that is not kept off may still fit. Returns one more than the
+    largest GPU count in [failed, below) of ``q`` with a request the reservation does not keep off
+    (reservation.keeps_off: the gang itself, or a minimum runtime that ends by the time the gang
+    can start), at least ``failed``: every request from there to ``below`` would be skipped, so
+    the walk skips them a size at a time instead (the smaller requests kept off still one by one).
+    _NO_FAILURE when the reservation keeps no request of ``leaf`` off."""
+    reservation = p.reservation
+    if reservation is None or not reservation.nodes or not keeps_leaf_off(reservation, leaf, p.view):
+        return _NO_FAILURE
+    now_s = p.now_s
+    until_s = reservation.until_s
+    gang = p.state.workloads.get(reservation.workload_id)
+    gang_gpus = gang.gpus if gang is not None and gang.leaf == leaf else -1
+    bound = failed
+    for gpus in q.by_size:
+        # (the same comparison as keeps_off's, for the shortest minimum runtime of the size)
+        if bound <= gpus < below and (gpus == gang_gpus or now_s + q.shortest_runtime_s(gpus) <= until_s):
+            bound = gpus + 1
+    return bound
 
 
 def _usable_free(node: Node, free_limit: int) -> int:

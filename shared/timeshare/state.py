@@ -720,7 +720,7 @@ class SchedulerState:
     def _enqueue(self, w: Workload) -> None:
         w.state = PENDING
         self.fresh_pending[w.gpu_type].append(w.id)
-        self.queue(w.gpu_type, w.leaf, w.queue_class).add(w.gpus, w.key)
+        self.queue(w.gpu_type, w.leaf, w.queue_class).add(w.gpus, w.key, w.min_runtime_s)
         self.pending_count += 1
         self.pending_by_pool[w.gpu_type] += 1
         if self.submit_order is not None:
@@ -732,7 +732,7 @@ class SchedulerState:
             pool_queue.add(w.gpus, w.key)
 
     def _dequeue(self, w: Workload) -> None:
-        self.queue(w.gpu_type, w.leaf, w.queue_class).remove(w.gpus, w.key)
+        self.queue(w.gpu_type, w.leaf, w.queue_class).remove(w.gpus, w.key, w.min_runtime_s)
         self.pending_count -= 1
         self.pending_by_pool[w.gpu_type] -= 1
         if self.submit_order is not None:

@@ -8,7 +8,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 
 from tests.builders import simulate
-from tests.strategies import scenarios
+from tests.strategies import reserved_scenarios, scenarios
 from timeshare.events import WorkloadPreempted
 
 
@@ -66,6 +66,15 @@ def test_naming_the_spared_candidates_changes_no_decision(scenario):
                 reason, considered=msgspec.UNSET, rejected=msgspec.UNSET))
         stripped.append(e)
     assert b"\n".join(ev.encoder.encode(e) for e in stripped) == plain.encoded()
+
+
+@settings(max_examples=int(os.environ.get("TIMESHARE_EXAMPLES", "120")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=reserved_scenarios())
+def test_skipping_requests_kept_off_the_reserved_nodes_changes_no_decision(scenario):
+    """A gang reservation with a backlog beside it: requests kept off the reserved nodes and
+    requests that are not, of the same sizes (the walks skip the former a size at a time)."""
+    assert simulate(scenario, "budget").encoded() == simulate(scenario, "budget-reference").encoded()
 
 
 def test_a_request_kept_off_the_reserved_nodes_does_not_turn_down_a_larger_one_that_is_not():
