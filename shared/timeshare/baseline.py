@@ -16,7 +16,7 @@ from typing import Callable
 
 from . import events as ev
 from .cluster import Node, Pool
-from .placement import find_victims, preemptible_nodes, preemption_cost_gpu_s
+from .placement import find_victims, preemption_cost_gpu_s, takeable_nodes
 from .queue import LeafQueue, walk
 from .state import SchedulerState, Workload
 from .units import Seconds
@@ -168,7 +168,7 @@ class BaselinePolicy:
             return find_victims(state, pool, gpus, may_preempt, cost)
         memo = state.caches.priority_failed
         gpu_type = pool.gpu_type
-        storage = state.storage_seq if state.cluster.checkpoint_bandwidth_gbps is not None else None
+        storage = state.storage_key()
         failed_seq = -1
         for (t, r, g), (seq, key) in memo.items():
             if t == gpu_type and r >= rank and g <= gpus and key == storage and seq > failed_seq:
@@ -190,19 +190,11 @@ class BaselinePolicy:
     @staticmethod
     def _gang_may_fit(state: SchedulerState, pool: Pool, gpus: int, rank: int,
                       may_preempt: Callable[[Workload], bool], storage: int | None) -> bool:
-        """Whether enough whole nodes could be emptied for a gang of priority rank ``rank``: the
-        set of such nodes is kept per rank and checked again only where nodes changed (a node
-        under a new notice stays in it until it changes: the set may hold too many, never too
-        few, and find_victims decides)."""
-        gpn = pool.gpus_per_node
+        """Whether enough whole nodes could be emptied for a gang of priority rank ``rank`` (the
+        set of such nodes kept per rank: placement.takeable_nodes)."""
         key = (pool.gpu_type, rank)
         memo = state.caches.priority_gang_nodes.get(key)
-        if memo is None or memo[1] != storage:
-            takeable = preemptible_nodes(pool, pool.open_nodes(gpn), may_preempt, state.workloads)
-        elif memo[0] == pool.change_seq:
-            takeable = memo[2]
-        else:
-            moved = pool.changed_since(memo[0])
-            takeable = (memo[2] - {n.index for n in moved}) | preemptible_nodes(pool, moved, may_preempt, state.workloads)
+        since = (memo[0], memo[2]) if memo is not None and memo[1] == storage else None
+        takeable = takeable_nodes(pool, since, may_preempt, state.workloads)
         state.caches.priority_gang_nodes[key] = (pool.change_seq, storage, takeable)
-        return len(takeable) * gpn >= gpus
+        return len(takeable) * pool.gpus_per_node >= gpus

@@ -308,6 +308,22 @@ def _find_gang(state: SchedulerState, pool: Pool, gpus: int, may_preempt: Callab
     return nodes, [workloads[w] for w in victims]
 
 
+def takeable_nodes(pool: Pool, since: tuple[int, set[int]] | None, may_preempt: Callable[[Workload], bool],
+                   workloads: dict[str, Workload], exclude: frozenset[int] = frozenset()) -> set[int]:
+    """Indices of the open nodes a whole-node gang could take (:func:`preemptible_nodes`), kept
+    up to date: given ``since`` (a change stamp and the set then, with the same ``may_preempt``),
+    only nodes changed after it are checked again (a node under a new notice stays until it
+    changes: the set may hold too many, never too few, and find_victims decides)."""
+    if since is None:
+        return preemptible_nodes(pool, pool.open_nodes(pool.gpus_per_node, exclude), may_preempt, workloads)
+    seq, known = since
+    if seq == pool.change_seq:
+        return known
+    moved = pool.changed_since(seq)
+    return (known - {n.index for n in moved}) | preemptible_nodes(
+        pool, [n for n in moved if n.index not in exclude], may_preempt, workloads)
+
+
 def preemptible_nodes(pool: Pool, nodes: list[Node], may_preempt: Callable[[Workload], bool],
                       workloads: dict[str, Workload]) -> set[int]:
     """Indices of the given nodes that a whole-node gang could take (all work preemptible)."""

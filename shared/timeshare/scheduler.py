@@ -26,8 +26,7 @@ times) is a cache: ``BudgetPolicy(reference=True)`` turns them off and decides i
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Final, Iterator
+from typing import Any, Final, Iterator
 
 from . import events as ev
 from .caches import FailedSearches
@@ -35,7 +34,7 @@ from .cluster import Node, Pool
 from .config import PolicyConfig
 from .durations import format_duration_s
 from .fairshare import FairShareView
-from .placement import find_victims, lost_gpu_s, preemptible_nodes
+from .placement import find_victims, takeable_nodes
 from .queue import Key, LeafQueue, Limit, walk
 from .rejected import rejected_candidates, with_rejected
 from .reservation import Reservation, keeps_leaf_off, keeps_off, plan_reservation
@@ -224,12 +223,6 @@ def _charge_notices(state: SchedulerState, view: FairShareView, gpu_type: str) -
             view.charge(w.leaf, w.gpus, runs_allocated(w.min_runtime_s, state.tree.nodes[w.leaf].fraction))
 
 
-def _storage_key(state: SchedulerState) -> int | None:
-    """What a remembered victim search depends on besides the nodes: with limited checkpoint
-    bandwidth, which victims may get a notice now (rule "storage")."""
-    return state.storage_seq if state.cluster.checkpoint_bandwidth_gbps is not None else None
-
-
 class _Pass:
     """One pass over one pool: what every phase reads, and the rules' helpers bound to it."""
 
@@ -402,7 +395,6 @@ def _phase3_within_due_shares(p: _Pass) -> None:
     unprotected = state.unprotected_gpus[gpu_type]
     reservation = p.reservation
     node_paths = tree.node_paths
-    path_index = tree.path_index
     active = p.active
     turns: dict[str, _LeafTurn] = {}
     fit_limit = pool.fit_limit()
@@ -421,7 +413,7 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
                     and memo.key == (tuple(p.victims_for(leaf, min_gpus).items())
                                      if state.lost_at_ms.get(leaf) != p.now_ms else (), None, None, -1,
-                                     _storage_key(state)):
+                                     state.storage_key()):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         p.activate(leaf, 1)
@@ -507,7 +499,6 @@ def _phase4_everything_else(p: _Pass) -> None:
     state, pool, view, statement = p.state, p.pool, p.view, p.statement
     gpu_type = pool.gpu_type
     tree = state.tree
-    config = state.config
     cached = p.cached
     queues = p.queues
     workloads = state.workloads
@@ -773,7 +764,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     if capped is None:
         capped = []  # gets True when a victim's subtree cap turned a node down (see find_victims)
     eligible_key = (tuple(victims_of.items()), (reservation.workload_id, reservation.nodes) if reservation else None,
-                    unallocated_mask if unallocated_from is not None else None, free_limit, _storage_key(state))
+                    unallocated_mask if unallocated_from is not None else None, free_limit, state.storage_key())
 
     if not cached:
         rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
@@ -785,14 +776,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         # whole-node gangs: keep the set of nodes this leaf could empty, refreshed only where
         # nodes changed; search only when enough of them exist
         gang_memo = state.caches.gang_nodes.get((gpu_type, leaf, memo_space))
-        if gang_memo is None or gang_memo[1] != eligible_key:
-            takeable = preemptible_nodes(pool, pool.open_nodes(gpn, exclude), rules.may_preempt, state.workloads)
-        elif gang_memo[0] == pool.change_seq:
-            takeable = gang_memo[2]
-        else:
-            moved = pool.changed_since(gang_memo[0])
-            takeable = (gang_memo[2] - {n.index for n in moved}) | preemptible_nodes(
-                pool, [n for n in moved if n.index not in exclude], rules.may_preempt, state.workloads)
+        since = (gang_memo[0], gang_memo[2]) if gang_memo is not None and gang_memo[1] == eligible_key else None
+        takeable = takeable_nodes(pool, since, rules.may_preempt, state.workloads, exclude)
         state.caches.gang_nodes[(gpu_type, leaf, memo_space)] = (pool.change_seq, eligible_key, takeable)
         if len(takeable) * gpn < gpus:
             return None

@@ -371,6 +371,11 @@ class SchedulerState:
             return False
         return not (w.resumable and w.state == RUNNING and w.run_start_s == self.pass_now_s)
 
+    def storage_key(self) -> int | None:
+        """What a remembered victim search depends on besides the nodes: with limited checkpoint
+        bandwidth, which victims may get a notice now (rule "storage"; None: unlimited)."""
+        return self.storage_seq if self.cluster.checkpoint_bandwidth_gbps is not None else None
+
     @staticmethod
     def demand_gbps(w: Workload) -> float:
         """The checkpoint bandwidth ``w`` needs to write its checkpoint within its notice (GB/s)."""

@@ -20,7 +20,8 @@ from timeshare.durations import format_duration_s
 from timeshare.report import figures, gantt, series
 from timeshare.report.html import _attainment_title, _program_hours, load_results, write_report
 from timeshare.report.runlog import GpuRows, load_run
-from timeshare.report.style import layout_problems, program_colors, team_colors
+from timeshare.report.palette import program_colors, team_colors
+from timeshare.report.style import layout_problems
 from timeshare.report.tables import format_value, metrics_table
 from timeshare.sim.cli import simulate
 from timeshare.sim.metrics import percentiles

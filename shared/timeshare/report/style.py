@@ -1,5 +1,5 @@
 """matplotlib figures (the sweep page): PNG encoding, small multiples with a measured header, a
-layout check. Colours and time units are in palette.py (re-exported here)."""
+layout check. Colours and time units are in palette.py."""
 
 from __future__ import annotations
 
@@ -16,10 +16,6 @@ matplotlib.use("Agg")  # no display: the report is written to a file
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-
-# the colours and units (palette.py, no matplotlib), here too for the sweep page and the tests
-from .palette import (DAY_S, HOUR_S, POLICY_COLORS, PROGRAM_COLORMAPS, REASON_COLORS, bin_hours,  # noqa: E402,F401
-                      policy_color, program_colors, team_colors, time_axis)
 
 
 def png_data_uri(fig: Figure, dpi: int = 100) -> str:

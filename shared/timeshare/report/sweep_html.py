@@ -11,7 +11,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..durations import format_duration_s
-from .style import finish_grid, panel_title, png_data_uri, policy_color
+from .palette import policy_color
+from .style import finish_grid, panel_title, png_data_uri
 from .style import grid as layout_grid
 from .sweep import METRIC_COLUMNS, SweepResult
 

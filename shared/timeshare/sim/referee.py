@@ -475,6 +475,13 @@ class Referee:
                 n += k
         return n
 
+    def _alloc_decided(self) -> dict[tuple[str, str], int]:
+        """``alloc`` with every decided move counted as done (a copy)."""
+        counts = dict(self.alloc)
+        for key, k in self._decided_moves("allocated"):
+            counts[key] = counts.get(key, 0) + k
+        return counts
+
     def _decided_moves(self, tier: str) -> Iterable[tuple[tuple[str, str], int]]:
         """Per (GPU type, subtree) on the way, the GPUs decided moves not yet made change in
         ``tier``: minus each victim under notice, plus each preemptor awaiting its victims."""
@@ -580,10 +587,7 @@ class Referee:
         gpu_type = victim.gpu_type
         if by_id not in self.decision_before:
             # what each subtree runs, every decided move counted as done (as for a take-back)
-            counts = dict(self.alloc)
-            for key, k in self._decided_moves("allocated"):
-                counts[key] = counts.get(key, 0) + k
-            self.decision_before[by_id] = counts
+            self.decision_before[by_id] = self._alloc_decided()
         if not contract:
             # cascade: the preemptor's leaf lost work to another leaf at this instant
             lost_to = self.lost_now.get(by_leaf)
@@ -654,11 +658,7 @@ class Referee:
         now = self.now_ms
         # entitlement is judged as decisions are: every decided move counted as done (a victim
         # under notice runs no more, an awaiting preemptor runs already)
-        self.alloc_decided = self.alloc
-        if self.under_notice or self.awaiting:
-            self.alloc_decided = dict(self.alloc)
-            for key, k in self._decided_moves("allocated"):
-                self.alloc_decided[key] = self.alloc_decided.get(key, 0) + k
+        self.alloc_decided = self._alloc_decided() if self.under_notice or self.awaiting else self.alloc
         entitled: set[str] = set()
         idle: set[tuple] = set()
         for gpu_type in sorted({k[0] for k in self.pending_index}):
