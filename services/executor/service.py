@@ -10,7 +10,9 @@ stale report is recognised by placement and a retry dedups.
   or, on a manual clock, until a driver advances the clock past its end (``advance`` command);
 * process: each part of the placement runs ``spec.command`` as a local process with
   ``CUDA_VISIBLE_DEVICES`` = its GPU ids and ``TIMESHARE_RANK`` / ``TIMESHARE_WORLD_SIZE``;
-  a stop sends SIGTERM to the process group, then SIGKILL after the grace period.
+  a stop sends SIGTERM to the process group, then SIGKILL after the grace period. Processes get
+  SIGTERM when the executor dies, and a restarted executor stops the groups a killed one left
+  before it starts anything (``processes.py``).
 
 Preemption with notice (a workload that declared ``checkpoint_on_notice_s``): every process
 gets ``TIMESHARE_CHECKPOINT_DIR`` (one directory per workload under ``executor_data_dir``, kept
@@ -51,6 +53,7 @@ from ..common.ids import ended_id
 from ..common.settings import Settings
 from ..common.supervise import describe, is_transient, retry_transient
 from ..common.telemetry import extract_context, setup_telemetry
+from . import processes
 from .checkpoints import checkpoint_dir, remove_checkpoint_dir, stale_checkpoint_dirs
 
 log = logging.getLogger("timeshare.executor")
@@ -143,6 +146,8 @@ class Executor:
         await self.bus.ensure_infra()
         self.broker = broker or default_broker(self)
         await self.broker.start()  # its router also answers trace queries (the gateway gathers spans)
+        if self.kind == "process":  # before anything is started: nothing runs twice (processes.py)
+            await processes.stop_leftovers(self.data_dir, self.cluster, self.settings.kill_grace_s)
         start_seq = await self._from_snapshot()
         self.skipped_seqs = await self._operator_skips()
         self.tasks.append(asyncio.create_task(follow(
@@ -559,12 +564,14 @@ class Executor:
                         "TIMESHARE_CHECKPOINT_DIR": ckpt_dir, "TIMESHARE_NOTICE_S": str(self._notice_s(r.spec)),
                         "TIMESHARE_UNDER_NOTICE": "1" if started_under_notice else "0"})
             try:
-                proc = await asyncio.create_subprocess_exec(*r.spec.command, env=env, start_new_session=True)
+                proc = await asyncio.create_subprocess_exec(*r.spec.command, env=env, start_new_session=True,
+                                                            preexec_fn=processes.die_with_parent(os.getpid()))
             except OSError as exc:
                 await self._report(r, 127, self.clock.now_ms(), reason=f"cannot start {r.spec.command[0]!r}: {exc}")
                 await self._terminate(r)
                 return
             r.procs.append(proc)
+            self._record(proc, r, rank)
         if started_under_notice:
             self._notice_at_start(r)
         elif r.under_notice:  # the notice came while they were starting
@@ -587,6 +594,18 @@ class Executor:
                          r.workload_id, codes, now_ms, r.notice_deadline_ms)
             return
         await self._report(r, bad[0] if bad else 0, self.clock.now_ms())
+
+    def _record(self, proc: asyncio.subprocess.Process, r: Running, rank: int) -> None:
+        """Record the process group until its leader has exited (processes.py: a restarted
+        executor stops what a killed one left)."""
+        try:
+            processes.write(self.data_dir, self.cluster, proc.pid, r.workload_id, r.attempt, rank)
+        except OSError as exc:  # the work runs on; only a crash of this executor would leave it unstopped
+            log.warning("executor %s: cannot record process %d of %s: %s", self.cluster, proc.pid, r.workload_id,
+                        describe(exc))
+            return
+        done = asyncio.ensure_future(proc.wait())
+        done.add_done_callback(lambda _f: processes.forget_if_gone(self.data_dir, self.cluster, proc.pid))
 
     async def _terminate(self, r: Running) -> None:
         alive = [p for p in r.procs if p.returncode is None]
