@@ -75,6 +75,26 @@ def test_the_summary_comes_first_and_the_last_line_names_every_file_written(tmp_
     assert "rendering" in captured.err and "report.html" in captured.err  # not silent while it renders
 
 
+def test_policies_run_at_once_write_what_they_write_one_after_the_other(tmp_path, scenario, capsys):
+    """--jobs 3 forks one process per policy: every policy's events byte for byte and its metrics
+    (but the run's own wall time) as with --jobs 1."""
+    runs = {}
+    for jobs in ("1", "3"):
+        out = tmp_path / f"jobs-{jobs}"
+        assert main(["simulate", str(scenario), "--out", str(out), "--no-progress", "--no-report", "--jobs", jobs]) == 0
+        runs[jobs] = out
+    capsys.readouterr()
+    for policy in ("budget", "baseline", "fifo"):
+        one, three = (runs[j] / policy / "events.jsonl" for j in ("1", "3"))
+        assert one.read_bytes() == three.read_bytes() and one.stat().st_size > 0, policy
+    metrics = [json.loads((runs[j] / "metrics.json").read_text()) for j in ("1", "3")]
+    for m in metrics:
+        for per_policy in m.values():
+            for timed in ("wall_s", "simulated_s_per_wall_s", "events_per_wall_s"):
+                per_policy["sim"].pop(timed)
+    assert list(metrics[0]) == ["budget", "baseline", "fifo"] and metrics[0] == metrics[1]
+
+
 def test_the_reference_policy_runs_on_its_own_and_decides_as_budget_does(tmp_path, scenario, capsys):
     out = tmp_path / "out"
     assert main(["simulate", str(scenario), "--policy", "budget-reference", "--out", str(out), "--no-progress",

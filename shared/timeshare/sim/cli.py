@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Callable
 
 from .. import events as ev
 from ..durations import format_duration_s
@@ -26,6 +30,9 @@ def add_parsers(sub) -> None:
                    help="override a scenario setting, e.g. --set lookback_window=3d (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--jobs", type=int, default=0, metavar="N",
+                   help="policies run at once, each in its own process (default: one per policy, at most the CPUs; "
+                        "1: one after the other)")
     p.set_defaults(func=simulate_command)
     c = sub.add_parser("check", help="referee a run: broken promises read from its event log and its scenario")
     c.add_argument("scenario", help="scenario TOML file")
@@ -85,57 +92,95 @@ def core_kind() -> str:
 
 
 def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, overrides: dict[str, str],
-             show_progress: bool = True, report: bool = True, scenario=None,
-             on_done: Callable[[str, object], None] | None = None) -> dict[str, dict]:
+             show_progress: bool = True, report: bool = True, scenario=None, jobs: int = 1) -> dict[str, dict]:
     """Run ``policies`` and write their results under ``out_dir``; report.html too when
-    ``report`` (the command renders it itself, after printing the summary). ``on_done(policy,
-    result)`` is called as each run ends, its events.jsonl closed."""
+    ``report`` (the command renders it itself, after printing the summary). ``jobs`` > 1 runs
+    that many policies at once, each in a forked process (runs are independent: the same
+    events and metrics as one after the other; tests/sim/test_simulate_cli.py)."""
     if scenario is None:
         scenario = load_scenario(scenario_path, overrides)
-    results = {}
-    for name in policies:
-        events_file = None
-        if out_dir is not None:
-            (out_dir / name).mkdir(parents=True, exist_ok=True)
-            events_file = open(out_dir / name / "events.jsonl", "wb")
-        bar = None
-        if show_progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=scenario.duration_s, desc=f"{scenario.name} [{name}]", unit="sim-s",
-                       unit_scale=True, leave=False, mininterval=0.5, delay=2.0, file=sys.stderr)
-        encode = ev.encoder.encode
-        buffer: list[bytes] = []
-
-        def on_event(e, buffer=buffer, events_file=events_file):
-            buffer.append(encode(e))
-            if len(buffer) >= 4096:
-                events_file.write(b"\n".join(buffer) + b"\n")
-                buffer.clear()
-
+    jobs = min(jobs, len(policies))
+    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
+        global _FORKED_SCENARIO
+        # a forked worker inherits the scenario (tens of thousands of workloads) instead of
+        # receiving it pickled; each returns only its metrics
+        _FORKED_SCENARIO = scenario
         try:
-            result = run(scenario, name, on_event if events_file else None, bar.update if bar else None)
+            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
+                                     initializer=_quiet_on_ctrl_c) as pool:
+                futures = {name: pool.submit(_run_forked, name, out_dir, show_progress, i)
+                           for i, name in enumerate(policies)}
+                metrics = {name: f.result() for name, f in futures.items()}
         finally:
-            if events_file is not None:
-                if buffer:
-                    events_file.write(b"\n".join(buffer) + b"\n")
-                events_file.close()
-            if bar is not None:
-                bar.close()
-        result.metrics["policy"] = name
-        result.metrics["scenario"] = scenario.name
-        results[name] = result
-        if out_dir is not None:
-            (out_dir / name / "metrics.json").write_text(json.dumps(result.metrics, indent=2) + "\n")
-        if on_done is not None:
-            on_done(name, result)
-    metrics = {name: r.metrics for name, r in results.items()}
+            _FORKED_SCENARIO = None
+    else:
+        metrics = {name: run_policy(scenario, name, out_dir, show_progress) for name in policies}
     if out_dir is not None:
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (out_dir / "summary.txt").write_text(render_summary(scenario.name, metrics) + "\n")
         if report:
             render_report(out_dir, scenario, metrics)
     return metrics
+
+
+#: the scenario a forked worker of ``simulate`` runs (set in the parent just before the fork)
+_FORKED_SCENARIO = None
+
+
+def _quiet_on_ctrl_c() -> None:
+    """A worker dies of Ctrl-C at once and silently (the default action, no Python traceback);
+    the command says it was interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _run_forked(name: str, out_dir: Path | None, show_progress: bool, position: int) -> dict:
+    return run_policy(_FORKED_SCENARIO, name, out_dir, show_progress, position)
+
+
+def run_policy(scenario, name: str, out_dir: Path | None, show_progress: bool, position: int = 0) -> dict:
+    """One policy's run: its events.jsonl and metrics.json under ``out_dir``; its metrics."""
+    events_file = None
+    if out_dir is not None:
+        (out_dir / name).mkdir(parents=True, exist_ok=True)
+        events_file = open(out_dir / name / "events.jsonl", "wb")
+    bar = None
+    if show_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=scenario.duration_s, desc=f"{scenario.name} [{name}]", unit="sim-s",
+                   unit_scale=True, leave=False, mininterval=0.5, delay=2.0, file=sys.stderr, position=position)
+    encode = ev.encoder.encode
+    buffer: list[bytes] = []
+
+    def on_event(e):
+        buffer.append(encode(e))
+        if len(buffer) >= 4096:
+            events_file.write(b"\n".join(buffer) + b"\n")
+            buffer.clear()
+
+    try:
+        result = run(scenario, name, on_event if events_file else None, bar.update if bar else None)
+    finally:
+        if events_file is not None:
+            if buffer:
+                events_file.write(b"\n".join(buffer) + b"\n")
+            events_file.close()
+        if bar is not None:
+            bar.close()
+    result.metrics["policy"] = name
+    result.metrics["scenario"] = scenario.name
+    if out_dir is not None:
+        (out_dir / name / "metrics.json").write_text(json.dumps(result.metrics, indent=2) + "\n")
+    return result.metrics
+
+
+def default_jobs(policies: int) -> int:
+    """One process per policy, at most the CPUs this process may use."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(policies, cpus))
 
 
 def render_report(out_dir: Path, scenario, metrics: dict[str, dict]) -> Path | None:
@@ -159,10 +204,17 @@ def simulate_command(args) -> int:
         # report.html is drawn after the summary, in this process: about two seconds of CPU for the
         # built-in month (a worker drawing it beside the next policy's run cost more CPU in all)
         metrics = simulate(args.scenario, policies, out_dir, {}, show_progress=not args.no_progress,
-                           report=False, scenario=scenario)
+                           report=False, scenario=scenario, jobs=args.jobs or default_jobs(len(policies)))
     except (InputError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, BrokenProcessPool):
+        # Ctrl-C reaches the workers too (they die of it: _quiet_on_ctrl_c), and the parent may
+        # hear of their end before its own KeyboardInterrupt; a worker killed otherwise (out of
+        # memory) ends the command the same way
+        print("\ninterrupted: a run was stopped (Ctrl-C, or its process was killed); the files of the runs that had "
+              "not ended are incomplete", file=sys.stderr)
+        return 130
     print(render_summary(scenario.name, metrics), flush=True)
     if out_dir is None:
         print(f"\nsimulated in {time.perf_counter() - t0:.1f} s ({core_kind()} core); nothing written (no --out)")
