@@ -12,7 +12,8 @@ Two mechanisms, because an executor killed with -9 runs no code of its own after
   when a process starts, removed when it has exited): an executor starting stops every group a
   previous instance left (SIGTERM to the group, ``kill_grace_s``, then SIGKILL) before it
   starts anything, so a restart never runs a workload a second time next to its old processes
-  or puts two processes on one GPU. A group whose leader's pid now belongs to another process
+  or puts two processes on one GPU. A group whose executor still runs (another instance on the
+  same data dir) is left to it. A group whose leader's pid now belongs to another process
   (its start time differs) is left alone: while any member of the old group lives its pid
   cannot be reused, so the group is gone.
 
@@ -108,6 +109,10 @@ class Record:
     workload_id: str
     attempt: int
     rank: int
+    #: the executor that started it (pid, start ticks): a group whose executor still runs is
+    #: that executor's to stop (two instances on one data dir during a rolling restart)
+    owner_pid: int = 0
+    owner_ticks: int | None = None
 
 
 def write(base: str, cluster: str, pid: int, workload_id: str, attempt: int, rank: int) -> None:
@@ -115,8 +120,9 @@ def write(base: str, cluster: str, pid: int, workload_id: str, attempt: int, ran
     folder = records_dir(base, cluster)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{pid}.json")
+    me = os.getpid()
     doc = {"pid": pid, "start_ticks": start_ticks(pid), "workload_id": workload_id, "attempt": attempt,
-           "rank": rank}
+           "rank": rank, "owner_pid": me, "owner_ticks": start_ticks(me)}
     with open(path + ".tmp", "w") as f:
         json.dump(doc, f)
     os.replace(path + ".tmp", path)
@@ -155,11 +161,19 @@ def read_all(base: str, cluster: str) -> list[Record]:
             with open(path) as f:
                 d = json.load(f)
             out.append(Record(int(d["pid"]), d["start_ticks"], str(d["workload_id"]), int(d["attempt"]),
-                              int(d["rank"])))
+                              int(d["rank"]), int(d.get("owner_pid", 0)), d.get("owner_ticks")))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("executor: unreadable process record %s (%s): dropped", path, exc)
             os.unlink(path)
     return out
+
+
+def owner_alive(rec: Record) -> bool:
+    """Whether the executor that started the group still runs (and is not this one)."""
+    if rec.owner_pid in (0, os.getpid()):
+        return False
+    ticks = start_ticks(rec.owner_pid)
+    return ticks is not None and ticks == rec.owner_ticks
 
 
 def group_alive(rec: Record) -> bool:
@@ -189,7 +203,12 @@ def _signal_group(rec: Record, sig: int) -> None:
 async def stop_leftovers(base: str, cluster: str, grace_s: float, poll_s: float = 0.05) -> list[Record]:
     """Stop every process group a previous executor left running (SIGTERM, up to ``grace_s``,
     then SIGKILL) and remove the records; returns the records of the groups it stopped."""
-    alive = [r for r in read_all(base, cluster) if group_alive(r)]
+    records = read_all(base, cluster)
+    owned = [r for r in records if owner_alive(r)]
+    for rec in owned:
+        log.warning("executor %s: process group %d of %s belongs to another executor still running (pid %d) on "
+                    "this data dir: left to it", cluster, rec.pid, rec.workload_id, rec.owner_pid)
+    alive = [r for r in records if r not in owned and group_alive(r)]
     for rec in alive:
         log.warning("executor %s: process group %d of %s (attempt %d, rank %d) outlived the previous executor: "
                     "stopping it before starting anything", cluster, rec.pid, rec.workload_id, rec.attempt, rec.rank)
@@ -210,6 +229,7 @@ async def stop_leftovers(base: str, cluster: str, grace_s: float, poll_s: float 
     for rec in left:
         log.error("executor %s: process group %d of %s still runs after SIGKILL (uninterruptible I/O?): its GPUs "
                   "may still be in use", cluster, rec.pid, rec.workload_id)
-    for rec in read_all(base, cluster):
-        forget(base, cluster, rec.pid)
+    for rec in records:
+        if rec not in owned:
+            forget(base, cluster, rec.pid)
     return alive
