@@ -55,12 +55,13 @@ def test_the_demo_submits_the_notice_a_workload_declares_scaled_like_its_other_d
 
 def test_the_demo_flows_training_and_evaluation_declare_notices_and_debug_none():
     """As the built-in scenario (examples/ai2-like): training and evaluation checkpoint on notice
-    within 60-120 s, sized by their GPUs; debug jobs have none; each reaches the gateway's body."""
+    within 60-120 s, sized by their GPUs; interactive sessions suspend within 30 s; debug jobs have
+    none; each reaches the gateway's body."""
     config = load_cluster(DEFAULT_CLUSTER_FILE)
     by_kind: dict[str, list] = {}
     for w in config.scenario.workloads:
         by_kind.setdefault(w.kind, []).append(w)
-    assert set(by_kind) == {"debug", "training", "eval"}
+    assert set(by_kind) == {"debug", "training", "eval", "interactive"}
     for kind, gb_per_gpu in (("training", 8), ("eval", 2)):
         for w in by_kind[kind]:
             assert 60 <= w.checkpoint_on_notice_s <= 120, (kind, w)
@@ -71,6 +72,10 @@ def test_the_demo_flows_training_and_evaluation_declare_notices_and_debug_none()
     # larger gangs take longer to checkpoint
     training = sorted(by_kind["training"], key=lambda w: w.gpus)
     assert training[0].checkpoint_on_notice_s == 60 and training[-1].checkpoint_on_notice_s == 120
+    for w in by_kind["interactive"]:
+        assert w.checkpoint_on_notice_s == 30 and w.checkpoint_gb == pytest.approx(10 * w.gpus), w
+        body = request_of(w, 60)
+        assert body["suspends_on_notice"] is True and body["checkpoint_on_notice_s"] == 1  # 30 s / speed 60
     for w in by_kind["debug"]:
         assert not {"checkpoint_on_notice_s", "checkpoint_gb", "suspends_on_notice"} & set(request_of(w, 60))
     assert config.policy.preemption_notice  # and the demo's policy gives them
