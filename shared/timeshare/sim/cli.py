@@ -149,13 +149,15 @@ def run_policy(scenario, name: str, out_dir: Path | None, show_progress: bool, p
 
         bar = tqdm(total=scenario.duration_s, desc=f"{scenario.name} [{name}]", unit="sim-s",
                    unit_scale=True, leave=False, mininterval=0.5, delay=2.0, file=sys.stderr, position=position)
-    encode = ev.encoder.encode
-    buffer: list[bytes] = []
+    # events are kept as they come and written 4,096 at a time, encoded in one call each
+    buffer: list = []
+    keep = buffer.append
+    encode_lines = ev.encoder.encode_lines
 
     def on_event(e):
-        buffer.append(encode(e))
+        keep(e)
         if len(buffer) >= 4096:
-            events_file.write(b"\n".join(buffer) + b"\n")
+            events_file.write(encode_lines(buffer))
             buffer.clear()
 
     try:
@@ -163,7 +165,7 @@ def run_policy(scenario, name: str, out_dir: Path | None, show_progress: bool, p
     finally:
         if events_file is not None:
             if buffer:
-                events_file.write(b"\n".join(buffer) + b"\n")
+                events_file.write(encode_lines(buffer))
             events_file.close()
         if bar is not None:
             bar.close()
