@@ -137,10 +137,7 @@ def forget_if_gone(base: str, cluster: str, pid: int) -> None:
 
 
 def forget(base: str, cluster: str, pid: int) -> None:
-    try:
-        os.unlink(os.path.join(records_dir(base, cluster), f"{pid}.json"))
-    except FileNotFoundError:
-        pass
+    _unlink(os.path.join(records_dir(base, cluster), f"{pid}.json"))
 
 
 def read_all(base: str, cluster: str) -> list[Record]:
@@ -150,12 +147,15 @@ def read_all(base: str, cluster: str) -> list[Record]:
         names = sorted(os.listdir(folder))
     except FileNotFoundError:
         return []
+    except OSError as exc:  # unreadable: nothing can be stopped, which must not stop the executor
+        log.warning("executor: cannot read the process records in %s (%s): none stopped", folder, exc)
+        return []
     out = []
     for name in names:
         path = os.path.join(folder, name)
         if not name.endswith(".json"):
             if name.endswith(".tmp"):
-                os.unlink(path)  # a write cut short: its process is recorded by no one
+                _unlink(path)  # a write cut short: its process is recorded by no one
             continue
         try:
             with open(path) as f:
@@ -164,8 +164,15 @@ def read_all(base: str, cluster: str) -> list[Record]:
                               int(d["rank"]), int(d.get("owner_pid", 0)), d.get("owner_ticks")))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("executor: unreadable process record %s (%s): dropped", path, exc)
-            os.unlink(path)
+            _unlink(path)
     return out
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def owner_alive(rec: Record) -> bool:

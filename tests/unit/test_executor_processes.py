@@ -109,3 +109,14 @@ def test_a_record_is_kept_while_a_process_of_its_group_outlives_the_leader(tmp_p
             os.kill(child, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_an_unreadable_record_is_dropped_and_the_others_still_read(tmp_path):
+    folder = tmp_path / "c1" / "processes"
+    folder.mkdir(parents=True)
+    (folder / "1.json").write_text("{not json")
+    (folder / "2.json.tmp").write_text("{}")
+    (folder / "3.json").write_text(json.dumps({"pid": 3, "start_ticks": 1, "workload_id": "w", "attempt": 1,
+                                               "rank": 0}))
+    assert [r.pid for r in processes.read_all(str(tmp_path), "c1")] == [3]
+    assert sorted(p.name for p in folder.iterdir()) == ["3.json"]
