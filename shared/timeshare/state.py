@@ -199,8 +199,11 @@ class SchedulerState:
         self.__dict__.update(d)
         if "pool_queues" not in d:
             self.pool_queues = None
-        if not hasattr(self.caches, "priority_gang_nodes"):
-            self.caches = PolicyCaches()  # taken before the old scheduler's memo (caches decide nothing)
+        if not hasattr(self.caches, "priority_gang_nodes") \
+                or any(not hasattr(m, "free_limit") for m in self.caches.failed.values()):
+            # taken before the old scheduler's memo, or before failed searches kept their free
+            # limit apart (caches decide nothing: starting them afresh changes no decision)
+            self.caches = PolicyCaches()
         if "pass_now_s" not in d:
             self.pass_now_s = None
         if "notices" not in d:
