@@ -820,12 +820,16 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.caps,
                                     side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped, exclude=exclude, free_limit=free_limit)
-            else:  # as above, over every open node
+            else:
+                # only unallocated work may go: the nodes where free GPUs and the work that may
+                # go could make enough (of some leaves only: Pool.groups; nodes that cannot serve
+                # the request are skipped by find_victims as well, so the plan is the same)
+                only = pool.reachable_nodes(gpus, exclude, free_limit) if unallocated_from is None \
+                    else pool.reachable_from(gpus, unallocated_from, exclude, free_limit)
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
                                     caps=rules.caps, side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped,
-                                    exclude=exclude, free_limit=free_limit,
-                                    only=pool.reachable_nodes(gpus, exclude, free_limit))
+                                    exclude=exclude, free_limit=free_limit, only=only)
         if plan is None and not capped:
             if not narrowed or gpus == memo.size:
                 memo.seq, memo.key, memo.size, memo.free_limit = pool.change_seq, allowed_key, gpus, free_limit
