@@ -58,11 +58,11 @@ class Node:
         self.unallocated = 0
         #: free + unallocated, the key of the node in Pool.reach
         self.reach = gpus
-        #: GPUs of unallocated work here per leaf, and (reach, those leaves): the node's key in
-        #: Pool.groups (a request that may take only some leaves' unallocated work skips whole
-        #: groups of nodes that cannot serve it)
+        #: GPUs of unallocated work here per leaf, and (reach, those (leaf, GPUs) pairs): the
+        #: node's key in Pool.groups (a request that may take only some leaves' unallocated work
+        #: skips whole groups of nodes that cannot serve it)
         self.unallocated_by: dict[str, int] = {}
-        self.group: tuple[int, frozenset[str]] = (gpus, frozenset())
+        self.group: tuple[int, frozenset[tuple[str, int]]] = (gpus, frozenset())
         #: GPUs with no holder kept for a preemptor waiting for victims under notice
         #: (Pool.hold): not in ``free``, counted in ``blocked``, so no other request takes them
         self.held = 0
@@ -112,13 +112,14 @@ class Pool:
         # may take only unallocated work reads the nodes that could serve it instead of the pool
         self.reach: list[set[int]] = [set() for _ in range(spec.gpus_per_node + 1)]
         self.reach[spec.gpus_per_node].update(range(spec.nodes))
-        # groups[(r, leaves)] = indices of nodes (in any state) with free + unallocated == r whose
-        # unallocated work is that of exactly ``leaves`` (never empty: an emptied group goes).
-        # A victim search that may take only some leaves' unallocated work reads the groups
-        # (a few hundred at most: nodes share few mixes of leaves) and then only the nodes of
-        # groups that could serve it, not every node with unallocated work (issue 21: that walk
-        # made a search at 16,384 GPUs cost 16 times one at 1,024)
-        self.groups: dict[tuple[int, frozenset[str]], set[int]] = {
+        # groups[(r, held)] = indices of nodes (in any state) with free + unallocated == r whose
+        # unallocated work is exactly ``held``, (leaf, GPUs) pairs (never empty: an emptied group
+        # goes). Free GPUs are r less those held, so the key alone says what a node of the group
+        # could free for a request that may take only some leaves' unallocated work: a victim
+        # search reads the groups (some 130 at 2,048 nodes, 30 at 128: nodes share few mixes)
+        # and the nodes of the groups that could serve it, not every node with unallocated work
+        # (issue 21: that walk made a search at 16,384 GPUs cost 16 times one at 1,024)
+        self.groups: dict[tuple[int, frozenset[tuple[str, int]]], set[int]] = {
             (spec.gpus_per_node, frozenset()): set(range(spec.nodes))}
 
     def __setstate__(self, state: dict) -> None:
@@ -152,7 +153,7 @@ class Pool:
                 if leaf is not None:
                     by[leaf] = by.get(leaf, 0) + gpus
             node.unallocated_by = by
-            node.group = (node.free + node.unallocated, frozenset(by))
+            node.group = (node.free + node.unallocated, frozenset(by.items()))
             self.groups.setdefault(node.group, set()).add(node.index)
 
     # -- validation -------------------------------------------------------------------------
@@ -205,16 +206,16 @@ class Pool:
         idx.sort()
         return [nodes[i] for i in idx]
 
-    def _reach(self, node: Node, leaves: frozenset[str] | None = None) -> None:
-        """Move ``node`` to its bucket of ``reach`` and its group (``leaves``: the leaves whose
-        unallocated work it now holds, None: unchanged)."""
+    def _reach(self, node: Node, held: frozenset[tuple[str, int]] | None = None) -> None:
+        """Move ``node`` to its bucket of ``reach`` and its group (``held``: the (leaf, GPUs) of
+        the unallocated work it now holds, None: unchanged)."""
         r = node.free + node.unallocated
         if r != node.reach:
             self.reach[node.reach].discard(node.index)
             self.reach[r].add(node.index)
             node.reach = r
         old = node.group
-        key = (r, old[1] if leaves is None else leaves)
+        key = (r, old[1] if held is None else held)
         if key != old:
             groups = self.groups
             members = groups[old]
@@ -233,14 +234,12 @@ class Pool:
             return
         node.unallocated += delta_gpus
         by = node.unallocated_by
-        had = by.get(leaf, 0)
-        now = had + delta_gpus
+        now = by.get(leaf, 0) + delta_gpus
         if now:
             by[leaf] = now
         else:
             del by[leaf]
-        # the group's leaves change only when a leaf's work arrives on or leaves the node
-        self._reach(node, frozenset(by) if (had == 0) != (now == 0) else None)
+        self._reach(node, frozenset(by.items()))
 
     def reachable_from(self, at_least: int, leaves: dict[str, tuple[str, str]], exclude: frozenset[int] = frozenset(),
                        free_limit: int = -1) -> list[Node]:
@@ -248,30 +247,24 @@ class Pool:
         ``leaves``, by index: the nodes where a request that may take only that work could find
         enough (free GPUs, at most ``free_limit`` of them, -1: all, plus that work; find_victims
         checks each victim, this only leaves out nodes that cannot serve). Reads the groups,
-        then the nodes of a group only when its GPUs less one per other leaf could suffice."""
+        then the nodes of the groups whose key says they could serve."""
         nodes = self.nodes
         idx: list[int] = []
-        for (reach, held_by), members in self.groups.items():
+        for (reach, held), members in self.groups.items():
             if reach < at_least:
                 continue
-            others = 0
-            for leaf in held_by:
-                if leaf not in leaves:
-                    others += 1
-            if reach - others < at_least:
-                continue  # every other leaf's work holds at least one GPU of the node
+            free = reach
+            mine = 0
+            for leaf, gpus in held:
+                free -= gpus
+                if leaf in leaves:
+                    mine += gpus
+            usable = (free if free_limit < 0 or free <= free_limit else free_limit) + mine
+            if usable < at_least:
+                continue
             for i in members:
                 n = nodes[i]
-                if n.state != NODE_HEALTHY or n.gpus - n.blocked < at_least or i in exclude:
-                    continue
-                usable = n.free if free_limit < 0 or n.free <= free_limit else free_limit
-                if others:
-                    for leaf, gpus in n.unallocated_by.items():
-                        if leaf in leaves:
-                            usable += gpus
-                else:
-                    usable += n.unallocated
-                if usable >= at_least:
+                if n.state == NODE_HEALTHY and n.gpus - n.blocked >= at_least and i not in exclude:
                     idx.append(i)
         idx.sort()
         return [nodes[i] for i in idx]

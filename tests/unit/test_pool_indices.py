@@ -78,5 +78,8 @@ def test_open_and_reachable_nodes_are_what_a_walk_of_the_pool_finds(seed):
         for key, members in pool.groups.items():
             assert members and all(pool.nodes[i].group == key for i in members)
         for n in pool.nodes:
-            held_by = frozenset(leaf for node, _, _, unallocated, _, leaf in held if node is n and unallocated)
-            assert n.group == (n.free + n.unallocated, held_by)
+            by: dict[str, int] = {}
+            for node, _, _, unallocated, _, leaf in held:
+                if node is n and unallocated:
+                    by[leaf] = by.get(leaf, 0) + unallocated
+            assert n.group == (n.free + n.unallocated, frozenset(by.items()))
