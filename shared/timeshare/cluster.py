@@ -116,7 +116,7 @@ class Pool:
         # unallocated work is exactly ``held``, (leaf, GPUs) pairs (never empty: an emptied group
         # goes). Free GPUs are r less those held, so the key alone says what a node of the group
         # could free for a request that may take only some leaves' unallocated work: a victim
-        # search reads the groups (some 130 at 2,048 nodes, 30 at 128: nodes share few mixes)
+        # search reads the groups (120-135 at 2,048 nodes, 30-40 at 128: nodes share few mixes)
         # and the nodes of the groups that could serve it, not every node with unallocated work
         # (issue 21: that walk made a search at 16,384 GPUs cost 16 times one at 1,024)
         self.groups: dict[tuple[int, frozenset[tuple[str, int]]], set[int]] = {
