@@ -15,15 +15,32 @@ from .units import Seconds
 
 class FailedSearches:
     """Single-node victim searches of one leaf (and memo space) that found nothing: the latest
-    (change stamp, victims allowed, size), and the latest per size."""
+    (change stamp, victims allowed, size, free limit), and the latest per size and free limit.
 
-    __slots__ = ("seq", "key", "size", "by_size")
+    The free limit (the most free GPUs of a node the request could use, -1: all) is kept apart
+    from the victims allowed because a failure covers every smaller limit (:func:`covers`):
+    the headroom's limit of an unallocated request moves with the pool's free GPUs at every
+    start and stop, and as part of the key it made a 16,384-GPU pool search every node again
+    for most retries (docs/records/2026-12-02-per-event.md)."""
+
+    __slots__ = ("seq", "key", "size", "free_limit", "by_size")
 
     def __init__(self) -> None:
         self.seq = -1
         self.key: tuple = ()
         self.size = 0  # 0: none yet (a request asks for at least one GPU)
-        self.by_size: dict[int, tuple[int, tuple]] = {}
+        self.free_limit = -1
+        #: (size, free limit) -> (change stamp, victims allowed): a retry with a larger limit
+        #: than the latest failure's still finds an earlier one that covers it
+        self.by_size: dict[tuple[int, int], tuple[int, tuple]] = {}
+
+
+def covers(failed_free_limit: int, free_limit: int) -> bool:
+    """Whether a search that failed using at most ``failed_free_limit`` free GPUs of a node
+    (-1: all) also fails, on the nodes unchanged since, for a request that may use at most
+    ``free_limit``: it may use no more free GPUs on any node, and the victims allowed are the
+    same (the rest of the memo's key), so no node that was short is enough now."""
+    return failed_free_limit < 0 or 0 <= free_limit <= failed_free_limit
 
 
 class PolicyCaches:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Final, Iterator
 
 from . import events as ev
-from .caches import FailedSearches
+from .caches import FailedSearches, covers
 from .cluster import Node, Pool
 from .config import PolicyConfig
 from .durations import format_duration_s
@@ -410,9 +410,9 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             continue  # nothing of this leaf can start, even by preempting
         if cached and min_gpus > fit_limit and reservation is None:
             memo = state.caches.failed.get((gpu_type, leaf, "in"))
-            if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size \
+            if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size and memo.free_limit < 0 \
                     and memo.key == (tuple(p.victims_for(leaf, min_gpus).items())
-                                     if state.lost_at_ms.get(leaf) != p.now_ms else (), None, None, -1,
+                                     if state.lost_at_ms.get(leaf) != p.now_ms else (), None, None,
                                      state.storage_key()):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
@@ -763,8 +763,10 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
     leaf = w.leaf
     if capped is None:
         capped = []  # gets True when a victim's subtree cap turned a node down (see find_victims)
-    eligible_key = (tuple(victims_of.items()), (reservation.workload_id, reservation.nodes) if reservation else None,
-                    unallocated_mask if unallocated_from is not None else None, free_limit, state.storage_key())
+    # what decides which victims may go (the single-node memo keeps the free limit apart: caches.covers)
+    allowed_key = (tuple(victims_of.items()), (reservation.workload_id, reservation.nodes) if reservation else None,
+                   unallocated_mask if unallocated_from is not None else None, state.storage_key())
+    eligible_key = (allowed_key, free_limit)
 
     if not cached:
         rules = VictimRules(state, view, leaf, victims_of, unallocated_from, now_s, w, unallocated_caps)
@@ -789,10 +791,13 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         memo: FailedSearches | None = state.caches.failed.get(memo_key)
         if memo is None:
             memo = state.caches.failed[memo_key] = FailedSearches()
-        narrowed = memo.size > 0 and gpus >= memo.size and memo.key == eligible_key
+        # a failure of a request no larger, with the same victims allowed and a free limit
+        # at least as large, holds on every node unchanged since (caches.covers)
+        narrowed = memo.size > 0 and gpus >= memo.size and memo.key == allowed_key \
+            and covers(memo.free_limit, free_limit)
         failed_seq = memo.seq if narrowed else -1
-        for size, (seq, key) in memo.by_size.items():
-            if size <= gpus and seq > failed_seq and key == eligible_key:
+        for (size, failed_limit), (seq, key) in memo.by_size.items():
+            if size <= gpus and seq > failed_seq and key == allowed_key and covers(failed_limit, free_limit):
                 failed_seq = seq
         if failed_seq >= 0:
             # only nodes changed since that failure can serve it now, and only those where a
@@ -815,16 +820,20 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.caps,
                                     side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped, exclude=exclude, free_limit=free_limit)
-            else:  # as above, over every open node
+            else:
+                # only unallocated work may go: the nodes where free GPUs and the work that may
+                # go could make enough (of some leaves only: Pool.groups; nodes that cannot serve
+                # the request are skipped by find_victims as well, so the plan is the same)
+                only = pool.reachable_nodes(gpus, exclude, free_limit) if unallocated_from is None \
+                    else pool.reachable_from(gpus, unallocated_from, exclude, free_limit)
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
                                     caps=rules.caps, side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped,
-                                    exclude=exclude, free_limit=free_limit,
-                                    only=pool.reachable_nodes(gpus, exclude, free_limit))
+                                    exclude=exclude, free_limit=free_limit, only=only)
         if plan is None and not capped:
             if not narrowed or gpus == memo.size:
-                memo.seq, memo.key, memo.size = pool.change_seq, eligible_key, gpus
-            memo.by_size[gpus] = (pool.change_seq, eligible_key)
+                memo.seq, memo.key, memo.size, memo.free_limit = pool.change_seq, allowed_key, gpus, free_limit
+            memo.by_size[(gpus, free_limit)] = (pool.change_seq, allowed_key)
     if plan is None:
         return None
     return plan[0], plan[1], victims_of

@@ -199,8 +199,17 @@ class SchedulerState:
         self.__dict__.update(d)
         if "pool_queues" not in d:
             self.pool_queues = None
-        if not hasattr(self.caches, "priority_gang_nodes"):
-            self.caches = PolicyCaches()  # taken before the old scheduler's memo (caches decide nothing)
+        if not hasattr(self.caches, "priority_gang_nodes") \
+                or any(not hasattr(m, "free_limit") for m in self.caches.failed.values()):
+            # taken before the old scheduler's memo, or before failed searches kept their free
+            # limit apart (caches decide nothing: starting them afresh changes no decision)
+            self.caches = PolicyCaches()
+        if any(not hasattr(n, "unallocated_by") or (n.unallocated and not n.unallocated_by)
+               for p in self.cluster.pools.values() for n in p.nodes):
+            # a snapshot from before Pool.groups: the leaves of unallocated work, from the workloads
+            leaf_of = {w.id: w.leaf for w in self.running.values() if not w.allocated}
+            for p in self.cluster.pools.values():
+                p.regroup(leaf_of)
         if "pass_now_s" not in d:
             self.pass_now_s = None
         if "notices" not in d:
@@ -776,7 +785,7 @@ class SchedulerState:
         w.allocated = e.allocated
         if not w.allocated:
             for node, ids in placement:
-                node.pool.add_unallocated(node, len(ids))
+                node.pool.add_unallocated(node, len(ids), w.leaf)
         w.non_preemptible = e.non_preemptible
         if w.non_preemptible:
             n = self.nonpreemptible_gpus[w.gpu_type]
@@ -811,7 +820,7 @@ class SchedulerState:
             self._block(w, -1)
         for node, ids in w.placement:
             if not w.allocated:
-                pool.add_unallocated(node, -len(ids))
+                pool.add_unallocated(node, -len(ids), w.leaf)
             pool.release(node, ids, w.id)
         placement = w.placement
         w.placement = []
