@@ -408,12 +408,12 @@ def _phase3_within_due_shares(p: _Pass) -> None:
         min_gpus = q.min_gpus()
         if min_gpus > fit_limit and min_gpus > open_limit:
             continue  # nothing of this leaf can start, even by preempting
-        if cached and min_gpus > fit_limit and reservation is None:
+        # (not for a leaf that lost work at this instant: its search is held back by rule "no
+        # cascade", which asks for a full pass a little later; skipped, it would not ask)
+        if cached and min_gpus > fit_limit and reservation is None and state.lost_at_ms.get(leaf) != p.now_ms:
             memo = state.caches.failed.get((gpu_type, leaf, "in"))
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size and memo.free_limit < 0 \
-                    and memo.key == (tuple(p.victims_for(leaf, min_gpus).items())
-                                     if state.lost_at_ms.get(leaf) != p.now_ms else (), None, None,
-                                     state.storage_key()):
+                    and memo.key == (tuple(p.victims_for(leaf, min_gpus).items()), None, None, state.storage_key()):
                 continue  # its smallest request failed already and nothing changed since
         turns[leaf] = _LeafTurn(leaf)
         p.activate(leaf, 1)

@@ -31,9 +31,16 @@ SETTINGS = settings(max_examples=int(os.environ.get("TIMESHARE_EXAMPLES", "80"))
 
 
 def unserved(state: SchedulerState, now_s) -> list[str]:
-    """Head-of-queue allocated requests that P1 says should not be waiting after a pass."""
+    """Head-of-queue allocated requests that P1 says should not be waiting after a full pass.
+
+    Only pools whose pass at ``now_s`` looked at every allocated request: by rule "quick pass"
+    (scheduler._requests) a pass with no node changed looks only at new work, and a request
+    whose due share grew with the window meanwhile is looked at again within FULL_PASS_EVERY_S
+    (the simulator wakes a quiet stretch for it)."""
     out = []
     for gpu_type, pool in state.cluster.pools.items():
+        if state.full_pass_s.get(gpu_type) != now_s:
+            continue
         gpn = pool.gpus_per_node
         if any(w.state == PENDING and w.gpu_type == gpu_type and w.queue_class == "a" and w.gpus > gpn
                for w in state.workloads.values()):

@@ -100,3 +100,34 @@ def test_a_request_kept_off_the_reserved_nodes_does_not_turn_down_a_larger_one_t
     assert cached.encoded() == simulate(scenario, "budget-reference").encoded()
     # at 60 s w8 takes the unallocated work that started on the reserved nodes
     assert any(isinstance(e, WorkloadPreempted) and e.reason.by_workload_id == "w8" for e in cached.events)
+
+
+def test_a_leaf_that_lost_work_at_this_instant_asks_for_the_next_full_pass_in_both_modes():
+    """Found by the property above (a longer run of it): at 3,763 s n0 loses p0 to b20's fair
+    share; in the same instant's last pass, n0's smallest request b22 had failed before with
+    nothing changed since, so the cached pass skipped n0 by its memo, while the reference reached
+    b22's search, held it back by rule "no cascade" and asked for a full pass a second later, in
+    which b22 took p4. The memo now never skips a leaf that lost work at this instant."""
+    from tests.builders import ScenarioBuilder, spec
+
+    b = ScenarioBuilder(duration=75633).pool("H100", 5, 2).teams(n0=2, n1=3, n2=3)
+    b.policy(lookback_window_s="1d", max_min_runtime_s="2h", resubmit_delay_s=0, unallocated_preemption="any",
+             unallocated_headroom=0.2)
+    b.add(*(spec(f"b{i}", "n0" if i < 3 else "n1", gpus=2, work=60, priority="low") for i in range(10)))
+    b.add(spec("p0", "n0", gpus=2, work=3764, min_runtime=3600, resumable=True, checkpoint=1800),
+          spec("p1", "n2", gpus=2, work=3765, min_runtime=7200, resumable=True, checkpoint=1800),
+          spec("p2", "n0", gpus=2, work=3600, min_runtime=3600, resumable=True, checkpoint=1800),
+          spec("p3", "n2", gpus=2, work=3765, min_runtime=7200, resumable=True, checkpoint=1800),
+          spec("p4", "n2", gpus=1, work=3765, min_runtime=3600, resumable=True, checkpoint=1800),
+          spec("g0", "n0", gpus=4, work=600, min_runtime=600, submit=56))
+    late = [("b10", "n2", 1, 165, 300), ("b11", "n2", 2, 60, 600), ("b12", "n2", 2, 60, 0), ("b13", "n2", 2, 60, 0),
+            ("b14", "n2", 2, 60, 0), ("b15", "n1", 1, 248, 60), ("b16", "n1", 2, 60, 0), ("b17", "n1", 2, 60, 0),
+            ("b18", "n1", 1, 163, 60), ("b20", "n1", 2, 60, 60), ("b21", "n0", 1, 60, 60), ("b22", "n0", 1, 60, 60)]
+    b.add(*(spec(wid, leaf, gpus=g, work=work, min_runtime=mr, submit=3256, priority="low")
+            for wid, leaf, g, work, mr in late))
+    b.add(spec("b19", "n1", gpus=1, work=261, min_runtime=60, submit=3272))
+    scenario = b.build()
+    cached = simulate(scenario, "budget")
+    assert cached.encoded() == simulate(scenario, "budget-reference").encoded()
+    assert any(isinstance(e, WorkloadPreempted) and e.workload_id == "p4" and e.reason.by_workload_id == "b22"
+               for e in cached.events)
