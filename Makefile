@@ -40,7 +40,7 @@ test-fast: setup
 bench: setup
 	$(PY) benchmarks/bench_sim.py
 
-# how the core's cost grows with the tree (1k, 10k leaves) and the pool (1,024 vs 16,384 GPUs),
+# how the core's cost grows with the tree (1k, 10k leaves) and the pool (1,024 vs 16,384 GPUs), and the 16k month (about 2.5 min),
 # in "loops" (a 10M-iteration Python loop in the same process); prints, never asserts.
 # SCALE_ARGS="--days 3d" for the issue's 3-day measurement
 bench-scale: setup
