@@ -63,8 +63,11 @@ class BaselinePolicy:
     def _schedule_pool(self, state: SchedulerState, pool: Pool, now_s: Seconds) -> list[ev.Event]:
         out: list[ev.Event] = []
         gpu_type = pool.gpu_type
-        queues, at_start = self._queues(state, gpu_type)
-        caps = {leaf: int(state.tree.nodes[leaf].fraction * pool.total_gpus) for leaf in state.tree.leaves}
+        queues = self._queues(state, gpu_type)
+        # the cached mode's groups at the start of the pass (_queues), taken when the pass first
+        # preempts: only a preemption adds work during a pass (its requeued victims), so until
+        # then every group is one the pass started with (starts only take work out)
+        at_start: dict[tuple[str, str, int], list[tuple]] | None = None
         held = state.nonpreemptible_gpus[gpu_type]
         # smallest request that failed to preempt, per priority rank (lower ranks have fewer victims)
         fail_at: dict[int, int | float] = {rank: math.inf for rank in PRIORITY_RANK.values()}
@@ -108,6 +111,8 @@ class BaselinePolicy:
                 nodes, victims = plan
                 if not state.storage_admits(victims):
                     continue  # rule "storage": a later pass
+                if self.cached and at_start is None:
+                    at_start = self._groups(state, gpu_type)
                 reasons = [ev.PreemptionReason(
                     kind="priority", by_workload_id=w.id, by_project=w.leaf, node=nodes[0].name,
                     message=f"{w.id} ({w.spec.priority}) outranks preemptible {v.id} ({v.spec.priority})")
@@ -116,7 +121,8 @@ class BaselinePolicy:
                 out += events
                 if waiting:
                     continue
-            opt_out = w.spec.min_runtime_s > 0 and held.get(w.leaf, 0) + gpus <= caps.get(w.leaf, 0)
+            opt_out = w.spec.min_runtime_s > 0 and \
+                held.get(w.leaf, 0) + gpus <= int(state.tree.nodes[w.leaf].fraction * pool.total_gpus)
             e = state.started(w, nodes, now_s, non_preemptible=opt_out, contract=False)
             state.apply(e)
             out.append(e)
@@ -124,10 +130,9 @@ class BaselinePolicy:
                 preemptible_running[0] = True
         return out
 
-    def _queues(self, state: SchedulerState, gpu_type: str
-                ) -> tuple[list[LeafQueue], dict[tuple[str, str, int], list[tuple]] | None]:
-        """The queues one walk of the pool merges in the global order (keys are unique), and
-        what to skip of them.
+    def _queues(self, state: SchedulerState, gpu_type: str) -> list[LeafQueue]:
+        """The queues one walk of the pool merges in the global order (keys are unique); what
+        to skip of them: :meth:`_groups`.
 
         The rule, as the reference mode walks it: every leaf's and class's queue, each size of
         each a group, the groups being those there when the pass starts; so work added during
@@ -137,7 +142,7 @@ class BaselinePolicy:
         (kept by the state once asked for) and skips what lies in a group, a list of keys, that
         was not there at the start: (leaf, class, size) -> that list, as it was."""
         if not self.cached:
-            return [q for (t, _, _), q in sorted(state.queues.items()) if t == gpu_type and q.count], None
+            return [q for (t, _, _), q in sorted(state.queues.items()) if t == gpu_type and q.count]
         if state.pool_queues is None:
             state.pool_queues = {}
             for (t, _, _), q in state.queues.items():
@@ -147,13 +152,18 @@ class BaselinePolicy:
                 for g, keys in q.by_size.items():
                     for key in keys:
                         merged.add(g, key)
+        pool_queue = state.pool_queues.get(gpu_type)
+        return [pool_queue] if pool_queue is not None and pool_queue.count else []
+
+    @staticmethod
+    def _groups(state: SchedulerState, gpu_type: str) -> dict[tuple[str, str, int], list[tuple]]:
+        """(leaf, class, size) -> its group, the list of keys, as it is now."""
         at_start: dict[tuple[str, str, int], list[tuple]] = {}
         for (t, leaf, cls), q in state.queues.items():
             if t == gpu_type and q.count:
                 for g, keys in q.by_size.items():
                     at_start[(leaf, cls, g)] = keys
-        pool_queue = state.pool_queues.get(gpu_type)
-        return ([pool_queue] if pool_queue is not None and pool_queue.count else []), at_start
+        return at_start
 
     def _victims(self, state: SchedulerState, pool: Pool, gpus: int, rank: int,
                  may_preempt: Callable[[Workload], bool], cost: Callable[[Workload], tuple],
