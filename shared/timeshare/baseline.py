@@ -68,7 +68,6 @@ class BaselinePolicy:
         # preempts: only a preemption adds work during a pass (its requeued victims), so until
         # then every group is one the pass started with (starts only take work out)
         at_start: dict[tuple[str, str, int], list[tuple]] | None = None
-        held = state.nonpreemptible_gpus[gpu_type]
         # smallest request that failed to preempt, per priority rank (lower ranks have fewer victims)
         fail_at: dict[int, int | float] = {rank: math.inf for rank in PRIORITY_RANK.values()}
         preemptible_running = [True]
@@ -121,12 +120,10 @@ class BaselinePolicy:
                 out += events
                 if waiting:
                     continue
-            opt_out = w.spec.min_runtime_s > 0 and \
-                held.get(w.leaf, 0) + gpus <= int(state.tree.nodes[w.leaf].fraction * pool.total_gpus)
-            e = state.started(w, nodes, now_s, non_preemptible=opt_out, contract=False)
+            e = self._started(state, w, nodes, now_s)
             state.apply(e)
             out.append(e)
-            if not opt_out:
+            if not e.non_preemptible:
                 preemptible_running[0] = True
         return out
 
