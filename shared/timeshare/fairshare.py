@@ -108,6 +108,8 @@ class FairShareView:
         self._node_paths = tree.node_paths
         self._children = tree.children_index
         self._path_index = tree.path_index
+        #: how many times the pass charged this view: a stamp for what is derived from its fills
+        self.charges = 0
         # fills pick has computed (-1: not yet); charge resets those of the nodes it changes
         self._fill_memo: list[float] = [-1.0] * n
         self._total_fill_memo: list[float] = [-1.0] * n
@@ -212,6 +214,7 @@ class FairShareView:
 
     def charge(self, leaf: str, delta_gpus: int, allocated: bool = True) -> None:
         """Record GPUs started (or stopped, negative) for ``leaf`` during a pass."""
+        self.charges += 1
         running = self._running if allocated else self._free_running
         fill_memo = self._fill_memo
         total_fill_memo = self._total_fill_memo

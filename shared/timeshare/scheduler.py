@@ -144,6 +144,19 @@ class _KeptOutFailed:
         self.seq = -1
 
 
+class _Reach:
+    """Phase 4: the most GPUs a leaf's requests of one class could reach, free or by preempting
+    unallocated work (_reach_bound), for the pool's change stamp and the view's charges then."""
+
+    __slots__ = ("gpus", "seq", "charges", "spare")
+
+    def __init__(self) -> None:
+        self.gpus: int = _NO_FAILURE
+        self.seq = -1
+        self.charges = -1
+        self.spare = -1
+
+
 class _LeafTurn:
     """A leaf's progress through its queue during one pass."""
 
@@ -536,7 +549,9 @@ def _phase4_everything_else(p: _Pass) -> None:
             cell = failed[(leaf, cls)] = _Failed()
 
             def limit4(cell: _Failed = cell, kept: int = headroom if cls == "u" else 0, q: LeafQueue = q,
-                       leaf: str = leaf, kept_out_cell: _KeptOutFailed | None = kept_cell if cls == "a" else None
+                       leaf: str = leaf, kept_out_cell: _KeptOutFailed | None = kept_cell if cls == "a" else None,
+                       reach: _Reach = _Reach(), allocated: bool = runs_allocated(1 if cls == "a" else 0,
+                                                                                tree.nodes[leaf].fraction)
                        ) -> int:
                 # max(fit, min(size - 1, open, spare + unallocated)) + 1, in native ints, where
                 # spare is the free GPUs beyond the headroom (unallocated requests) or all
@@ -555,6 +570,14 @@ def _phase4_everything_else(p: _Pass) -> None:
                 fit = pool.fit_limit()
                 if spare < fit:
                     fit = spare
+                if cap > fit and cap > spare:
+                    # no request larger than the free GPUs it may use and the unallocated work it
+                    # may take could start: the victim search would find too few (below)
+                    if reach.seq != pool.change_seq or reach.charges != view.charges or reach.spare != spare:
+                        reach.gpus = _reach_bound(p, leaf, allocated, spare)
+                        reach.seq, reach.charges, reach.spare = pool.change_seq, view.charges, spare
+                    if reach.gpus < cap:
+                        cap = reach.gpus
                 bound = (fit if fit > cap else cap) + 1
                 if kept_out_cell is not None and kept_out_cell.seq == pool.change_seq and kept_out_cell.size < bound:
                     # the requests the check in the loop below would skip, a whole size at a time
@@ -708,6 +731,40 @@ def _unallocated_victims(p: _Pass, w: Workload, gpus: int, allocated: bool, spar
                         mask |= 1 << other_i
                         reachable += view.unallocated_running_at(other_i)
     return richer, mask, reachable, take_any, free_limit, None if take_any else side_caps
+
+
+def _reach_bound(p: _Pass, leaf: str, allocated: bool, spare: int) -> int:
+    """Phase 4: at least the GPUs (free, or held by unallocated work it may take) that
+    :func:`_unallocated_victims` finds reachable for any request of ``leaf`` larger than
+    ``spare`` (its free GPUs beyond the headroom, at least 0); _NO_FAILURE when no bound holds.
+
+    It is that function's sum for the smallest such request: a larger request counts no more
+    free GPUs, makes its side no poorer and no subtree b richer by the hysteresis
+    (rules.richer_in_all, a fill that grows with the request), lets b lose no more
+    (rules.unallocated_cap_gpus) and keeps every subtree above it within its due share less
+    often (take_any), so it reaches no more. A request that reaches fewer GPUs than it asks for
+    finds no victims, so the walk need not yield it. Not for a leaf rule "no cascade" guards:
+    its search must be reached, to hold the preemption back and ask for the next full pass."""
+    state, view, pool = p.state, p.view, p.pool
+    tree = state.tree
+    config = state.config
+    if not allocated and state.lost_at_ms.get(leaf) == p.now_ms:
+        return _NO_FAILURE
+    gpus = 1 if allocated else spare + 1
+    hysteresis = config.unallocated_hysteresis
+    reachable = pool.free_gpus if allocated else spare
+    take_any = allocated and (config.unallocated_preemption == "any" or all(
+        view.total_fill_at(i, gpus) <= 1.0 + hysteresis for i in tree.path_index[leaf]))
+    if allocated:
+        reachable += view.unallocated_running_at(tree.path_index[leaf][-1])
+    for a, b, ai, bi, others in tree.split_group_index[leaf]:
+        if view.unallocated_running_at(bi):
+            if take_any or richer_in_all(view, ai, bi, gpus, hysteresis):
+                if not take_any and unallocated_cap_gpus(view, ai, bi, gpus) == 0:
+                    continue
+                for other, other_i in others:
+                    reachable += view.unallocated_running_at(other_i)
+    return reachable
 
 
 def _phase3_limit(state: SchedulerState, pool: Pool, view: FairShareView, tree: AllocationTree, fair: bool,

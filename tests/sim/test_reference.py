@@ -131,3 +131,28 @@ def test_a_leaf_that_lost_work_at_this_instant_asks_for_the_next_full_pass_in_bo
     assert cached.encoded() == simulate(scenario, "budget-reference").encoded()
     assert any(isinstance(e, WorkloadPreempted) and e.workload_id == "p4" and e.reason.by_workload_id == "b22"
                for e in cached.events)
+
+
+@settings(max_examples=int(os.environ.get("TIMESHARE_EXAMPLES", "120")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenarios())
+def test_no_request_phase_4_walks_past_could_reach_more_than_its_bound(scenario):
+    """Phase 4's walk leaves out requests larger than the leaf's reach (scheduler._reach_bound):
+    the reference mode searches every request, and none it searches that is larger than its free
+    GPUs beyond the headroom reaches more GPUs than the bound of that moment says."""
+    from unittest import mock
+
+    from timeshare import scheduler
+
+    original = scheduler._unallocated_victims
+
+    def checked(p, w, gpus, allocated, spare):
+        result = original(p, w, gpus, allocated, spare)
+        free = max(spare, 0)
+        if allocated or gpus > free:
+            bound = scheduler._reach_bound(p, w.leaf, allocated, free)
+            assert result[2] <= bound, (w.id, w.leaf, gpus, allocated, free, result[2], bound)
+        return result
+
+    with mock.patch.object(scheduler, "_unallocated_victims", checked):
+        simulate(scenario, "budget-reference")
