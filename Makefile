@@ -40,9 +40,9 @@ test-fast: setup
 bench: setup
 	$(PY) benchmarks/bench_sim.py
 
-# how the core's cost grows with the tree (1k, 10k leaves) and the pool (1,024 vs 16,384 GPUs), and the 16k month (about 2.5 min),
-# in "loops" (a 10M-iteration Python loop in the same process); prints, never asserts.
-# SCALE_ARGS="--days 3d" for the issue's 3-day measurement
+# how the core's cost grows with the tree (1k, 10k leaves) and the pool (1,024 vs 16,384 GPUs, 3 days), the 16k month
+# (about 2.5 min) and the user's path (the built-in month through `timeshare simulate`), in "loops" (a 10M-iteration
+# Python loop in the same process); prints, never asserts. SCALE_ARGS="--month '' --user-path 0" for the quick parts
 bench-scale: setup
 	$(PY) benchmarks/bench_scale.py $(SCALE_ARGS)
 

@@ -244,7 +244,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--pure", action="store_true", help="pure Python even when a compiled core is built")
-    ap.add_argument("--days", default="1d", help="the long run of the per-event measurement (default 1d)")
+    ap.add_argument("--days", default="3d",
+                    help="the long run of the per-event measurement (default 3d, as issue 21 measured it)")
     ap.add_argument("--leaves", default="1000,10000", help="tree sizes (of 1000, 10000)")
     ap.add_argument("--gpus", default="1024,16384", help="pool sizes (multiples of 8)")
     ap.add_argument("--pending", type=int, default=100_000, help="backlog of the one-pass measurement (0: skip it)")

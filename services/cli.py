@@ -514,11 +514,15 @@ def _cmd_token_new(args) -> int:
 
 
 def _cmd_budget_history(args) -> int:
-    r = _call(args, "GET", "/v1/allocations/history")
+    params = {"limit": args.limit} | ({"before_seq": args.before} if args.before is not None else {})
+    r = _call(args, "GET", "/v1/allocations/history", params=params)
     lines = []
     for h in r["changes"]:
-        diff = {p: (h["old"].get(p), v) for p, v in h["new"].items() if h["old"].get(p) != v}
-        lines.append(f"{_utc(h['at_ms'])}  {h['by']}: {h['reason']}  " + ", ".join(f"{p} {o}->{n}" for p, (o, n) in diff.items()))
+        lines.append(f"{_utc(h['at_ms'])}  {h['by']}: {h['reason']}  " + ", ".join(
+            f"{p} {'-' if c['old'] is None else c['old']}->{'-' if c['new'] is None else c['new']}"
+            for p, c in h["changed"].items()))
+    if r.get("older_before_seq") is not None:
+        lines.append(f"(older changes: timeshare budget history --before {r['older_before_seq']})")
     return _out(args, r, "\n".join(lines) or "no budget changes yet")
 
 
@@ -648,7 +652,10 @@ def add_parsers(sub) -> None:
     p.add_argument("path", help="the node (and its subtree) to retire, e.g. tulu/old-team")
     p.add_argument("--reason", required=True)
     p.set_defaults(func=_cmd_budget_remove)
-    p = common(bsub.add_parser("history", help="the audit log of budget changes"))
+    p = common(bsub.add_parser("history", help="the audit log of budget changes (the newest first in a page)"))
+    p.add_argument("--limit", type=int, default=100, choices=range(1, 1001), metavar="N",
+                   help="changes per page, 1-1000 (default 100)")
+    p.add_argument("--before", type=int, metavar="SEQ", help="the page before this change (as the last line says)")
     p.set_defaults(func=_cmd_budget_history)
     p = common(bsub.add_parser("report", help="GPU-hours owed / delivered and attainment per team (the ledger)"))
     p.add_argument("--from", dest="start", type=_when, default=None, metavar="WHEN",

@@ -12,8 +12,14 @@ import msgspec
 
 from ..common import healthz, payload, subjects
 from ..common.auth import Caller
-from ..common.broker import NatsRouter
+from ..common.broker import Message, NatsRouter
 from ..common.commands import BudgetRemove, BudgetSet
+
+
+class HistoryQuery(Message, kw_only=True):
+    """A page of the audit log: the newest ``limit`` changes before ``before_seq`` (None: the newest)."""
+    limit: int = 100
+    before_seq: int | None = None
 
 
 def _caller(body) -> Caller:
@@ -36,9 +42,10 @@ def router(service, cluster: str) -> NatsRouter:
         return payload.answer(await service.remove(_caller(cmd.caller), cmd.path, cmd.reason, cmd.request_id))
 
     @r.subscriber(subjects.query_subject(cluster, "budget.history"), title="budget.history",
-                  description="every budget change (who, old, new, why) and the current shares")
-    async def budget_history() -> dict:
-        return payload.answer(await service.history())  # (every change's whole share maps: large)
+                  description="the newest budget changes (who, why, each share's old and new value; a page of "
+                              "`limit` before `before_seq`) and the current shares")
+    async def budget_history(q: HistoryQuery) -> dict:
+        return payload.answer(await service.history(q.limit, q.before_seq))
 
     @r.subscriber(healthz.subject(cluster, "budget"), title="healthz.budget")
     async def health() -> dict:

@@ -33,6 +33,11 @@ class Unanswered(Exception):
     pass
 
 
+#: changes per page of the history (GET /v1/allocations/history?limit=), and the most one page holds
+HISTORY_PAGE = 100
+HISTORY_PAGE_MAX = 1000
+
+
 class Budget:
     def __init__(self, settings: Settings, config: ClusterConfig, clock, bus: Bus | None = None, store=None):
         self.settings = settings
@@ -96,8 +101,11 @@ class Budget:
         if isinstance(e, ev.BudgetChanged):
             work["tree"] = AllocationTree.from_shares(e.new)
             changes.put("tree", "current", {"shares": e.new})
+            # what changed, not both whole maps: a 10,000-leaf tree changed many times would
+            # otherwise outgrow the history's answer (and the store) with copies of itself
             changes.append("history", self.cluster, {"seq": seq, "event_id": e.event_id, "at_ms": e.at_ms,
-                                                     "by": e.by, "reason": e.reason, "old": e.old, "new": e.new})
+                                                     "by": e.by, "reason": e.reason,
+                                                     "changed": share_changes(e.old, e.new)})
             work["seen"].append(e.event_id)
         return work
 
@@ -122,8 +130,11 @@ class Budget:
         async with self.lock:
             done = await self._applied(request_id)
             if done is not None:  # a retry (same Idempotency-Key): the first answer again
+                # (the paths it named whose share it changed: a share set to what it was is not
+                # in the history)
+                changed = changed_of(done)
                 return {"event_id": request_id, "replayed": True,
-                        "changed": {p: {"old": done["old"].get(p), "new": done["new"].get(p)} for p in sorted(shares)},
+                        "changed": {p: changed[p] for p in sorted(shares) if p in changed},
                         "fractions": {p: round(n.fraction, 6) for p, n in sorted(self.tree.nodes.items())}}
             refused = sorted(p for p in shares if not caller.may_change_share_of(p))
             if refused:
@@ -152,7 +163,7 @@ class Budget:
             done = await self._applied(request_id)
             if done is not None:  # a retry (same Idempotency-Key): the first answer again
                 return {"event_id": request_id, "replayed": True,
-                        "removed": sorted(p for p in done["old"] if p not in done["new"])}
+                        "removed": sorted(p for p, c in changed_of(done).items() if c["new"] is None)}
             if not caller.may_change_share_of(path):
                 return {"error": f"{caller.user} manages {', '.join(caller.manages) or 'nothing'}; may not remove "
                                  f"{path} (a manager retires children of nodes they manage)", "status": 403}
@@ -208,9 +219,36 @@ class Budget:
                 return entry
         return None
 
-    async def history(self) -> dict:
+    async def history(self, limit: int = HISTORY_PAGE, before_seq: int | None = None) -> dict:
+        """The newest ``limit`` changes (before ``before_seq``, a change's ``seq``), oldest first,
+        each with what it changed; ``older_before_seq``: where the next page back starts (None:
+        no older change)."""
+        if not 1 <= limit <= HISTORY_PAGE_MAX:
+            return {"error": f"limit: between 1 and {HISTORY_PAGE_MAX}, not {limit}", "status": 400}
         history = await self.store.journal("history", self.cluster)
-        return {"cluster": self.cluster, "changes": history, "current": self.tree.shares()}
+        if before_seq is not None:
+            history = [h for h in history if h["seq"] < before_seq]
+        page = history[-limit:]
+        return {"cluster": self.cluster,
+                "changes": [{k: v for k, v in h.items() if k not in ("old", "new")} | {"changed": changed_of(h)}
+                            for h in page],
+                "older_before_seq": page[0]["seq"] if len(page) < len(history) else None,
+                "current": self.tree.shares()}
+
+
+def share_changes(old: dict[str, float], new: dict[str, float]) -> dict[str, dict]:
+    """Per path whose share differs, ``{"old": share or None (added), "new": share or None
+    (removed)}``."""
+    return {p: {"old": old.get(p), "new": new.get(p)} for p in sorted(old.keys() | new.keys())
+            if old.get(p) != new.get(p)}
+
+
+def changed_of(entry: dict) -> dict[str, dict]:
+    """A history entry's changes (entries written before the history kept only what changed
+    hold both whole maps)."""
+    if "changed" in entry:
+        return entry["changed"]
+    return share_changes(entry.get("old") or {}, entry.get("new") or {})
 
 
 def default_broker(service: Budget):

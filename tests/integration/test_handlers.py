@@ -141,6 +141,45 @@ async def test_budget_history_answers_from_the_store(settings, config):
     assert out["current"] == budget.tree.shares() and "alpha/train" in out["current"]
 
 
+async def test_budget_history_keeps_what_changed_and_answers_a_page_at_a_time(settings, config):
+    """A change of one share on a 10,000-leaf tree is one line of the history, not two copies of
+    the tree; the answer is a page of the newest changes, oldest first, with where the page before
+    starts; an entry written before the history kept only what changed still reads the same."""
+    from services.budget.handlers import router
+    from services.budget.service import Budget
+    from services.common.store import Changes
+    from timeshare import events as ev
+
+    budget = Budget(settings, config, ManualClock(1_000))
+    await budget.store.open()
+    big = {f"t{i // 100}": 1.0 for i in range(0, 10_000, 100)} | {f"t{i // 100}/l{i % 100}": 1.0 for i in range(10_000)}
+    changes = Changes()
+    # (an entry as the budget service wrote it before: both whole maps)
+    changes.append("history", CLUSTER, {"seq": 1, "event_id": "old-style", "at_ms": 1, "by": "root", "reason": "r1",
+                                        "old": {"a": 1.0, "b": 2.0}, "new": {"a": 1.0, "b": 3.0, "c": 1.0}})
+    for seq in range(2, 6):
+        new = {p: v for p, v in big.items() if not (seq == 5 and p == "t9/l9")} | {"t3/l7": float(seq)}
+        e = ev.BudgetChanged(event_id=f"e{seq}", at_ms=seq, cluster=CLUSTER, by="root", reason=f"r{seq}",
+                             old=big, new=new)
+        budget.fold({"tree": budget.tree, "seen": []}, seq, e, changes)
+    assert await budget.store.commit("budget", 5, changes)
+    async with TestNatsBroker(make_broker(settings, "budget", router(budget, CLUSTER))) as br:
+        everything = await ask(br, query("budget.history"), {})
+        page = await ask(br, query("budget.history"), {"limit": 2})
+        before = await ask(br, query("budget.history"), {"limit": 2, "before_seq": page["older_before_seq"]})
+        bad = await ask(br, query("budget.history"), {"limit": 0})
+    assert [h["reason"] for h in everything["changes"]] == ["r1", "r2", "r3", "r4", "r5"]
+    assert everything["older_before_seq"] is None
+    assert everything["changes"][0]["changed"] == {"b": {"old": 2.0, "new": 3.0}, "c": {"old": None, "new": 1.0}}
+    assert "old" not in everything["changes"][0] and "new" not in everything["changes"][0]
+    assert everything["changes"][2]["changed"] == {"t3/l7": {"old": 1.0, "new": 3.0}}
+    assert everything["changes"][4]["changed"] == {"t3/l7": {"old": 1.0, "new": 5.0}, "t9/l9": {"old": 1.0, "new": None}}
+    assert len(msgspec.json.encode(everything["changes"])) < 2_000  # five changes of a 10,100-node tree
+    assert [h["reason"] for h in page["changes"]] == ["r4", "r5"] and page["older_before_seq"] == 4
+    assert [h["reason"] for h in before["changes"]] == ["r2", "r3"] and before["older_before_seq"] == 2
+    assert bad["status"] == 400 and "limit" in bad["error"], bad
+
+
 async def test_health_commands_answer_unknown_nodes_404_and_wrong_states_409(settings, config):
     from services.health.handlers import router
     from services.health.service import Health

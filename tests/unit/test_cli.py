@@ -201,12 +201,15 @@ def test_json_is_the_gateways_body_as_is(argv, path, body, gateway, capsys):
     assert json.loads(capsys.readouterr().out) == body
 
 
-def test_budget_history_prints_utc_times(gateway, capsys):
+def test_budget_history_prints_utc_times_and_what_changed(gateway, capsys):
     answers, _ = gateway
     answers["GET", "/v1/allocations/history"] = {"changes": [
-        {"at_ms": 1796135520000, "by": "root", "reason": "grow beta", "old": {"beta": 1.0}, "new": {"beta": 2.0}}]}
+        {"seq": 7, "at_ms": 1796135520000, "by": "root", "reason": "grow beta",
+         "changed": {"beta": {"old": 1.0, "new": 2.0}, "beta/new": {"old": None, "new": 1.0}}}],
+        "older_before_seq": 7}
     assert main(["budget", "history"]) == 0
-    assert capsys.readouterr().out == "2026-12-01 14:32:00Z  root: grow beta  beta 1.0->2.0\n"
+    assert capsys.readouterr().out == ("2026-12-01 14:32:00Z  root: grow beta  beta 1.0->2.0, beta/new -->1.0\n"
+                                       "(older changes: timeshare budget history --before 7)\n")
 
 
 def _queued(position, wid, project, user):

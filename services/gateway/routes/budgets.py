@@ -72,9 +72,13 @@ def router(gw, calls: Calls) -> APIRouter:
                               "request_id": request_id_for(who, idempotency_key)}, timeout=10)
 
     @r.get(f"/{API_VERSION}/allocations/history")
-    async def allocation_history(who: Auth) -> dict:
-        """Every budget change: who, old and new shares, why (the audit log)."""
-        return await ask(subjects.query_subject(cluster, "budget.history"))
+    async def allocation_history(who: Auth, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                                 before_seq: Annotated[int | None, Query(ge=1)] = None) -> dict:
+        """The budget changes (the audit log), newest ``limit`` first in a page, oldest of them
+        first: who, why, each changed share's old and new value; ``older_before_seq`` asks for
+        the page before."""
+        return await ask(subjects.query_subject(cluster, "budget.history"),
+                         {"limit": limit, "before_seq": before_seq})
 
     @r.get(f"/{API_VERSION}/report")
     async def report(who: Auth, from_s: Annotated[float | None, Query(allow_inf_nan=False)] = None,
