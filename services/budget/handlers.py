@@ -14,11 +14,12 @@ from ..common import healthz, payload, subjects
 from ..common.auth import Caller
 from ..common.broker import Message, NatsRouter
 from ..common.commands import BudgetRemove, BudgetSet
+from .service import HISTORY_PAGE
 
 
 class HistoryQuery(Message, kw_only=True):
     """A page of the audit log: the newest ``limit`` changes before ``before_seq`` (None: the newest)."""
-    limit: int = 100
+    limit: int = HISTORY_PAGE
     before_seq: int | None = None
 
 
