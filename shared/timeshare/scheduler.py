@@ -453,6 +453,11 @@ def _phase3_within_due_shares(p: _Pass) -> None:
                         return kept
                 return bound
 
+            if not q.by_size or q.min_gpus() >= limit():
+                # the walk's first step without the walk (as in phase 4): nothing below the limit
+                p.activate(leaf, -1)
+                leaf = None
+                continue
             turn.walker = walk([q], limit)
         item = next(turn.walker, None)
         if item is None:
@@ -529,6 +534,8 @@ def _phase4_everything_else(p: _Pass) -> None:
     # request, so free capacity is shared fairly ---------------------------------------------
     for i in range(len(active)):
         active[i] = 0  # (all zero already: phase 3 ends when no leaf is active)
+    #: per leaf: its queues and their limits, and the walk over them once it yielded (below)
+    walks: dict[str, tuple[list[LeafQueue], list[Limit]]] = {}
     walkers: dict[str, Iterator[tuple[Key, int]]] = {}
     failed: dict[tuple[str, str], _Failed] = {}  # per leaf and queue class
     #: per leaf: its last allocated request kept off the reserved nodes that failed (only
@@ -590,7 +597,7 @@ def _phase4_everything_else(p: _Pass) -> None:
             limits.append(limit4)
         if not qs:
             continue
-        walkers[leaf] = walk(qs, limits)
+        walks[leaf] = (qs, limits)
         p.activate(leaf, 1)
     leaf = None  # picked anew only after a start or when a leaf runs out, as in phase 3
     while True:
@@ -599,7 +606,18 @@ def _phase4_everything_else(p: _Pass) -> None:
             if picked < 0:
                 break
             leaf = node_paths[picked]
-        item = next(walkers[leaf], None)
+        walker = walkers.get(leaf)
+        if walker is None:
+            # the walk's first step without the walk: in most passes most leaves have no request
+            # below their limits (walk reads every limit once, then yields the first request of a
+            # size below its queue's limit; the limits have no effect but their memos)
+            qs, limits = walks[leaf]
+            if not any(q.by_size and q.min_gpus() < limit() for q, limit in zip(qs, limits)):
+                p.activate(leaf, -1)
+                leaf = None
+                continue
+            walker = walkers[leaf] = walk(qs, limits)
+        item = next(walker, None)
         if item is None:
             p.activate(leaf, -1)
             leaf = None
