@@ -281,9 +281,10 @@ def main() -> int:
               f"add 1,000 {r['add_1000_s']:.3f} s = {r['add_1000_s'] / loop:.2f} loops, "
               f"splits {r['splits_of_one_leaf_s'] * 1e3:.1f} ms; "
               f"tree {r['build_mb']:.0f} MB, peak {r['peak_mb']:.0f} MB")
-    print(f"\nper event, the built-in scenario's pool scaled (CPU of {args.days} minus 1h, over the events between; "
-          f"sizes alternated {args.repeat} time(s))")
-    sizes = [int(x) for x in args.gpus.split(",")]
+    sizes = [int(x) for x in args.gpus.split(",") if x]
+    if sizes:
+        print(f"\nper event, the built-in scenario's pool scaled (CPU of {args.days} minus 1h, over the events "
+              f"between; sizes alternated {args.repeat} time(s))")
     runs: dict[int, list[dict]] = {gpus: [] for gpus in sizes}
     for _ in range(args.repeat):
         for gpus in sizes:  # alternated, so that a slow minute of a shared machine hits every size alike
@@ -296,19 +297,19 @@ def main() -> int:
     # a busy machine only ever adds time: the least of the repeats is each size's own cost
     least = {gpus: min(r["per_event_us"] for r in rs) for gpus, rs in runs.items()}
     least_loops = {gpus: min(r["per_event_us"] / r["loop_s"] for r in rs) for gpus, rs in runs.items()}
-    first = sizes[0]
     for gpus in sizes[1:]:
+        first = sizes[0]
         print(f"  {gpus} GPUs against {first}: {least[gpus] / least[first]:.2f}x in CPU seconds, "
               f"{least_loops[gpus] / least_loops[first]:.2f}x in loops (least of {args.repeat} each; target 1.2x)")
-    if args.pending:
-        gpus = max(int(x) for x in args.gpus.split(","))
+    if args.pending and sizes:
+        gpus = max(sizes)
         r = in_fresh_process(build, "pass", str(gpus // 8), str(args.pending))
         print(f"\none pass, {r['gpus']} GPUs, {r['pending']} pending, {r['running']} running (after 6 h of the "
               f"scenario), loop {r['loop_s']:.2f} s: first pass {r['first_pass_s'] * 1e3:.0f} ms; after one "
               f"completion: median {r['median_pass_s'] * 1e3:.1f} ms, max {r['max_pass_s'] * 1e3:.1f} ms "
               "(target: median <= 50 ms)")
-    if args.month:
-        gpus = max(int(x) for x in args.gpus.split(","))
+    if args.month and sizes:
+        gpus = max(sizes)
         r = in_fresh_process(build, "month", str(gpus // 8), args.month)
         print(f"\nthe whole run, {r['gpus']} GPUs, {args.month} (budget policy): {r['events']} events, "
               f"{r['cpu_s']:.0f} s of CPU = {r['cpu_s'] / r['loop_s']:.0f} loops (loop {r['loop_s']:.2f} s) = "

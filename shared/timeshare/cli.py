@@ -22,12 +22,20 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"timeshare: {message} (see: {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(simulator_only: bool = False) -> argparse.ArgumentParser:
+    """The whole command line; ``simulator_only``: the simulator's and the report's subcommands
+    alone (``simulate`` and ``sweep`` parse their arguments without importing the importers or
+    the live services' client)."""
     parser = Parser(prog="timeshare", description="GPU time budgets, fair share and a simulator")
     sub = parser.add_subparsers(dest="command", required=True)
     from .sim import cli as sim_cli
 
     sim_cli.add_parsers(sub)
+    if simulator_only:
+        from .report import cli as report_cli
+
+        report_cli.add_parser(sub)
+        return parser
     schemas = sub.add_parser("schemas", help="write the JSON Schema of every event (make schemas)")
     schemas.add_argument("dir", nargs="?", default="schemas")
     schemas.set_defaults(func=write_schemas)
@@ -70,9 +78,8 @@ def _run_compiled_if_built(argv: list[str]) -> None:
 
     if os.environ.get("TIMESHARE_PURE") or os.environ.get("TIMESHARE_COMPILED_CORE"):
         return
-    from . import scheduler
-
-    if not scheduler.__file__ or not scheduler.__file__.endswith(".py"):
+    spec = importlib.util.find_spec("timeshare.scheduler")  # (found, not imported: the child imports it)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return  # already compiled
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "compiled.py"
     path = None
@@ -97,12 +104,13 @@ def _run_compiled_if_built(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    command = getattr(args, "command", None)  # (a subcommand may use the name for its own list)
-    if argv is None and isinstance(command, str) and command in _HEAVY:
-        # only from the command line: a caller of main() in its own process keeps it
+    heavy = argv is None and len(sys.argv) > 1 and sys.argv[1] in _HEAVY
+    if heavy:
+        # only from the command line (a caller of main() in its own process keeps it), and
+        # before anything is imported: the compiled core's process parses the arguments itself
         _run_compiled_if_built(sys.argv[1:])
+    parser = build_parser(simulator_only=heavy)
+    args = parser.parse_args(argv)
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()

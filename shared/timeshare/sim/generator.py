@@ -22,6 +22,7 @@ it. They draw no random numbers, so a scenario's workloads stay the same without
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from typing import Any, Callable
@@ -129,6 +130,9 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
         mean_work_s = (hi_s - lo_s) / math.log(hi_s / lo_s) if hi_s > lo_s else lo_s
         class_gpu_s = load * pool.total_gpus * horizon_s * float(cls.get("load_share", 0)) / total_share
         mrt = cls.get("min_runtime", 0)
+        # parsed once per class, not per workload (the same values, no random numbers drawn)
+        mrt_range_s = tuple(parse_duration_s(x) for x in mrt) if isinstance(mrt, list) else None
+        mrt_s = parse_duration_s(mrt) if mrt != "work" and mrt_range_s is None else 0
         prio_keys, prio_w = _weights(cls.get("priority", {"normal": 1}), f"{where}.priority")
         for p in prio_keys:
             if p not in PRIORITIES:
@@ -165,6 +169,10 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
                 allowed = [(g, w) for g, w in zip(gpus_list, gpus_w) if g <= cap] or [min(zip(gpus_list, gpus_w))]
                 team_gpus, team_w = [g for g, _ in allowed], [w for _, w in allowed]
             team_mean_gpus = sum(g * w for g, w in zip(team_gpus, team_w)) / sum(team_w)
+            # what rng.choices(population, weights) adds up on every call, once (the same draws)
+            team_cum_w = list(itertools.accumulate(team_w))
+            prio_cum_w = list(itertools.accumulate(prio_w))
+            short = team.replace("/", "-")
             team_gpu_s = class_gpu_s * weights[team] / total_w
             rate_per_s = team_gpu_s / (team_mean_gpus * mean_work_s) / horizon_s
             if rate_per_s <= 0:
@@ -181,17 +189,16 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
                 # thinning: fewer submissions at night when diurnal > 0
                 if diurnal and rng.random() * peak > 1.0 + diurnal * math.sin(2 * math.pi * (t / 86400 - 0.25)):
                     continue
-                gpus = rng.choices(team_gpus, team_w)[0]
+                gpus = rng.choices(team_gpus, cum_weights=team_cum_w)[0]
                 work_s = int(round(math.exp(rng.uniform(math.log(lo_s), math.log(hi_s))))) if hi_s > lo_s else lo_s
                 if mrt == "work":
                     min_rt = min(work_s, policy.max_min_runtime_s)
-                elif isinstance(mrt, list):
-                    a, b = (parse_duration_s(x) for x in mrt)
+                elif mrt_range_s is not None:
+                    a, b = mrt_range_s
                     min_rt = min(int(rng.uniform(a, b)), work_s, policy.max_min_runtime_s)
                 else:
-                    min_rt = min(parse_duration_s(mrt), work_s, policy.max_min_runtime_s)
-                priority = rng.choices(prio_keys, prio_w)[0]
-                short = team.replace("/", "-")
+                    min_rt = min(mrt_s, work_s, policy.max_min_runtime_s)
+                priority = rng.choices(prio_keys, cum_weights=prio_cum_w)[0]
                 out.append(WorkloadSpec(
                     id=f"{short}-{kind}-{n}", submit_s=int(t), project=team, user=f"{short}-u{rng.randrange(10)}",
                     gpu_type=gpu_type, gpus=gpus, work_s=work_s, min_runtime_s=min_rt, resumable=resumable,
