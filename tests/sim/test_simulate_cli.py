@@ -172,11 +172,27 @@ def test_a_set_without_a_key_and_equals_is_a_usage_error(scenario, capsys, setti
     assert len(err) == 1 and repr(setting) in err[0]
 
 
-def test_the_report_drawn_while_simulating_is_the_one_timeshare_report_draws(tmp_path, scenario, capsys):
+@pytest.mark.parametrize("jobs, folded_by_the_runs", [("3", True), ("1", True), ("3", False)])
+def test_the_report_drawn_while_simulating_is_the_one_timeshare_report_draws(tmp_path, scenario, capsys, monkeypatch,
+                                                                             jobs, folded_by_the_runs):
+    """The command's runs fold their own events for the report (in their forked processes, or
+    one after the other), or, past REPORT_FOLD_MAX_EVENTS, let the report read events.jsonl:
+    the same report.html as `timeshare report` draws from the files."""
     import re
 
+    from timeshare.report.runlog import RunLog
+    from timeshare.sim import cli as sim_cli
+
+    if not folded_by_the_runs:
+        monkeypatch.setattr(sim_cli, "WRITE_BATCH_EVENTS", 10)
+        monkeypatch.setattr(sim_cli, "REPORT_FOLD_MAX_EVENTS", 20)
+    logs: dict = {}
+    folded = sim_cli.simulate(str(scenario), ["budget"], tmp_path / "logs", {}, show_progress=False, report=False,
+                              report_logs=logs)
+    assert folded["budget"]["sim"]["events"] > 30
+    assert (list(logs) == ["budget"] and isinstance(logs["budget"], RunLog)) if folded_by_the_runs else not logs
     out = tmp_path / "out"
-    assert main(["simulate", str(scenario), "--out", str(out), "--no-progress"]) == 0
+    assert main(["simulate", str(scenario), "--out", str(out), "--no-progress", "--jobs", jobs]) == 0
     early = (out / "report.html").read_text()
     assert main(["report", str(scenario), str(out)]) == 0
     again = (out / "report.html").read_text()

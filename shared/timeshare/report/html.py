@@ -95,14 +95,15 @@ def report_context(out_dir: Path, scenario, end_s: float, window: tuple[float, f
 
 
 def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, float] | None = None,
-                 max_gpu_rows: int = 256) -> Path:
+                 max_gpu_rows: int = 256, logs: dict[str, RunLog] | None = None) -> Path:
     """Write ``out_dir/report.html`` for ``results`` ({policy: RunResult or metrics dict}).
 
     ``window`` = (start_s, end_s) of the cluster picture (default: 2 days in the middle of the
     run); more than ``max_gpu_rows`` GPUs are thinned to every k-th GPU. Each policy's curves
     come from its ``events.jsonl``, read and folded once (runlog.py), then binned (series.py)
     and drawn as SVG (figures.py, gantt.py): about two seconds of CPU for a month of three
-    policies, so it is all done in this process."""
+    policies, so it is all done in this process. ``logs``: policies whose run folded its own
+    events already (``timeshare simulate``'s runs do), with the same teams and GPU rows."""
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     metrics = {p: _metrics_of(r) for p, r in results.items()}
@@ -126,8 +127,10 @@ def write_report(out_dir: Path, scenario, results: dict, window: tuple[float, fl
     elif with_events:
         policy_parts = {}
         for p, path in with_events.items():
-            with _no_gc():
-                log = fold_events(read_events(path), p, _end_s(results[p]), ctx.teams, ctx.rows)
+            log = logs.get(p) if logs else None
+            if log is None:
+                with _no_gc():
+                    log = fold_events(read_events(path), p, _end_s(results[p]), ctx.teams, ctx.rows)
             policy_parts[p] = _policy_part(ctx, p, log, metrics[p]["teams"])
         run_logs = {p: part.log for p, part in policy_parts.items()}
         ratio_teams = {p: part.ratio_teams for p, part in policy_parts.items()}

@@ -92,35 +92,60 @@ def core_kind() -> str:
 
 
 def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, overrides: dict[str, str],
-             show_progress: bool = True, report: bool = True, scenario=None, jobs: int = 1) -> dict[str, dict]:
+             show_progress: bool = True, report: bool = True, scenario=None, jobs: int = 1,
+             report_logs: dict | None = None) -> dict[str, dict]:
     """Run ``policies`` and write their results under ``out_dir``; report.html too when
-    ``report`` (the command renders it itself, after printing the summary). ``jobs`` > 1 runs
-    that many policies at once, each in a forked process (runs are independent: the same
+    ``report`` (the command renders it itself, after printing the summary, from ``report_logs``:
+    given, each run folds its own events for the report into it, runlog.RunLog by policy). ``jobs``
+    > 1 runs that many policies at once, each in a forked process (runs are independent: the same
     events and metrics as one after the other; tests/sim/test_simulate_cli.py)."""
     if scenario is None:
         scenario = load_scenario(scenario_path, overrides)
+    fold = out_dir is not None and (report or report_logs is not None) and _report_installed()
+    logs: dict = {} if report_logs is None else report_logs
     jobs = min(jobs, len(policies))
     if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
         global _FORKED_SCENARIO
         # a forked worker inherits the scenario (tens of thousands of workloads) instead of
-        # receiving it pickled; each returns only its metrics
+        # receiving it pickled (and the report's modules, imported above); each returns its
+        # metrics and its folded log
         _FORKED_SCENARIO = scenario
         try:
             with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
                                      initializer=_quiet_on_ctrl_c) as pool:
-                futures = {name: pool.submit(_run_forked, name, out_dir, show_progress, i)
+                futures = {name: pool.submit(_run_forked, name, out_dir, show_progress, i, fold)
                            for i, name in enumerate(policies)}
-                metrics = {name: f.result() for name, f in futures.items()}
+                results = {name: f.result() for name, f in futures.items()}
         finally:
             _FORKED_SCENARIO = None
     else:
-        metrics = {name: run_policy(scenario, name, out_dir, show_progress) for name in policies}
+        results = {name: run_policy(scenario, name, out_dir, show_progress, fold=fold) for name in policies}
+    metrics = {name: r[0] for name, r in results.items()}
+    logs.update({name: r[1] for name, r in results.items() if r[1] is not None})
     if out_dir is not None:
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (out_dir / "summary.txt").write_text(render_summary(scenario.name, metrics) + "\n")
         if report:
-            render_report(out_dir, scenario, metrics)
+            render_report(out_dir, scenario, metrics, logs)
     return metrics
+
+
+#: events encoded and written in one call
+WRITE_BATCH_EVENTS = 4096
+#: a run of at most this many events folds them for report.html itself, from the events it holds
+#: (about 200 bytes each): the command then does not read events.jsonl back (0.45 s of CPU for the
+#: built-in month's three runs); a longer run lets them go and the report reads the file
+REPORT_FOLD_MAX_EVENTS = 1_000_000
+
+
+def _report_installed() -> bool:
+    """Whether report.html can be drawn (its extra packages are installed); imports the fold, so
+    that forked workers inherit numpy instead of each importing it."""
+    try:
+        from ..report import runlog  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 #: the scenario a forked worker of ``simulate`` runs (set in the parent just before the fork)
@@ -133,12 +158,15 @@ def _quiet_on_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _run_forked(name: str, out_dir: Path | None, show_progress: bool, position: int) -> dict:
-    return run_policy(_FORKED_SCENARIO, name, out_dir, show_progress, position)
+def _run_forked(name: str, out_dir: Path | None, show_progress: bool, position: int, fold: bool) -> tuple:
+    return run_policy(_FORKED_SCENARIO, name, out_dir, show_progress, position, fold)
 
 
-def run_policy(scenario, name: str, out_dir: Path | None, show_progress: bool, position: int = 0) -> dict:
-    """One policy's run: its events.jsonl and metrics.json under ``out_dir``; its metrics."""
+def run_policy(scenario, name: str, out_dir: Path | None, show_progress: bool, position: int = 0,
+               fold: bool = False) -> tuple:
+    """One policy's run: its events.jsonl and metrics.json under ``out_dir``; its metrics, and
+    when ``fold`` its events folded for the report (runlog.RunLog; None when the run had more than
+    REPORT_FOLD_MAX_EVENTS events or nothing was written)."""
     events_file = None
     if out_dir is not None:
         (out_dir / name).mkdir(parents=True, exist_ok=True)
@@ -149,31 +177,44 @@ def run_policy(scenario, name: str, out_dir: Path | None, show_progress: bool, p
 
         bar = tqdm(total=scenario.duration_s, desc=f"{scenario.name} [{name}]", unit="sim-s",
                    unit_scale=True, leave=False, mininterval=0.5, delay=2.0, file=sys.stderr, position=position)
-    # events are kept as they come and written 4,096 at a time, encoded in one call each
-    buffer: list = []
-    keep = buffer.append
+    # events are kept as they come and written WRITE_BATCH_EVENTS at a time, encoded in one call each; for the
+    # report, all of them are kept (up to REPORT_FOLD_MAX_EVENTS) and folded at the end
+    kept: list = []
+    keep = kept.append
+    written = 0
     encode_lines = ev.encoder.encode_lines
+    folding = fold and events_file is not None
 
     def on_event(e):
+        nonlocal written, folding
         keep(e)
-        if len(buffer) >= 4096:
-            events_file.write(encode_lines(buffer))
-            buffer.clear()
+        if len(kept) - written >= WRITE_BATCH_EVENTS:
+            events_file.write(encode_lines(kept[written:] if written else kept))
+            written = len(kept)
+            if not folding or written >= REPORT_FOLD_MAX_EVENTS:
+                folding = False
+                kept.clear()
+                written = 0
 
     try:
         result = run(scenario, name, on_event if events_file else None, bar.update if bar else None)
     finally:
         if events_file is not None:
-            if buffer:
-                events_file.write(encode_lines(buffer))
+            if len(kept) > written:
+                events_file.write(encode_lines(kept[written:]))
             events_file.close()
         if bar is not None:
             bar.close()
     result.metrics["policy"] = name
     result.metrics["scenario"] = scenario.name
+    log = None
     if out_dir is not None:
         (out_dir / name / "metrics.json").write_text(json.dumps(result.metrics, indent=2) + "\n")
-    return result.metrics
+        if folding:
+            from ..report.runlog import GpuRows, fold_events
+
+            log = fold_events(kept, name, float(result.end_s), scenario.tree().leaves, GpuRows.from_scenario(scenario))
+    return result.metrics, log
 
 
 def default_jobs(policies: int) -> int:
@@ -185,13 +226,14 @@ def default_jobs(policies: int) -> int:
     return max(1, min(policies, cpus))
 
 
-def render_report(out_dir: Path, scenario, metrics: dict[str, dict]) -> Path | None:
-    """Write ``out_dir/report.html`` (None: the report's extra packages are not installed)."""
+def render_report(out_dir: Path, scenario, metrics: dict[str, dict], logs: dict | None = None) -> Path | None:
+    """Write ``out_dir/report.html`` (None: the report's extra packages are not installed);
+    ``logs``: the runs' events as they folded them (the others' are read from events.jsonl)."""
     try:
         from ..report.html import write_report
     except ImportError:
         return None
-    return write_report(out_dir, scenario, metrics)
+    return write_report(out_dir, scenario, metrics, logs=logs)
 
 
 def simulate_command(args) -> int:
@@ -205,8 +247,10 @@ def simulate_command(args) -> int:
               f"workloads; {', '.join(policies)}) with the {core_kind()} core", file=sys.stderr, flush=True)
         # report.html is drawn after the summary, in this process: about two seconds of CPU for the
         # built-in month (a worker drawing it beside the next policy's run cost more CPU in all)
+        logs: dict = {}
         metrics = simulate(args.scenario, policies, out_dir, {}, show_progress=not args.no_progress,
-                           report=False, scenario=scenario, jobs=args.jobs or default_jobs(len(policies)))
+                           report=False, scenario=scenario, jobs=args.jobs or default_jobs(len(policies)),
+                           report_logs=None if args.no_report else logs)
     except (InputError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -226,7 +270,7 @@ def simulate_command(args) -> int:
         print(f"\nrendering {out_dir / 'report.html'} (the summary above is final)...", file=sys.stderr, flush=True)
         t1 = time.perf_counter()
         try:
-            path = render_report(out_dir, scenario, metrics)
+            path = render_report(out_dir, scenario, metrics, logs)
         except (ValueError, OSError) as exc:
             print(f"error: report.html: {exc}", file=sys.stderr)
             path = None
