@@ -16,7 +16,7 @@ Limit = Callable[[], float]
 
 
 class LeafQueue:
-    __slots__ = ("by_size", "count", "version", "runtimes", "_shortest")
+    __slots__ = ("by_size", "count", "version", "runtimes", "_shortest", "_min_gpus")
 
     def __init__(self) -> None:
         self.by_size: dict[int, list[Key]] = {}
@@ -28,9 +28,13 @@ class LeafQueue:
         self.runtimes: dict[int, dict[int, int]] = {}
         #: per GPU count, min(runtimes[gpus]) once asked for (dropped when it may have moved)
         self._shortest: dict[int, int] = {}
+        #: min(by_size) once asked for, -1: not known (every pass's walk limits ask for it)
+        self._min_gpus = -1
 
     def add(self, gpus: int, key: Key, min_runtime_s: int = 0) -> None:
         insort(self.by_size.setdefault(gpus, []), key)
+        if gpus < self._min_gpus:
+            self._min_gpus = gpus
         self.count += 1
         self.version += 1
         counts = self.runtimes.get(gpus)
@@ -50,6 +54,8 @@ class LeafQueue:
         del keys[i]
         if not keys:
             del self.by_size[gpus]
+            if gpus == self._min_gpus:
+                self._min_gpus = -1
         self.count -= 1
         self.version += 1
         counts = self.runtimes[gpus]
@@ -74,7 +80,12 @@ class LeafQueue:
         return shortest
 
     def min_gpus(self) -> int:
-        return min(self.by_size) if self.by_size else 0
+        """The smallest GPU count pending (0: none)."""
+        if self._min_gpus < 0:
+            if not self.by_size:
+                return 0
+            self._min_gpus = min(self.by_size)
+        return self._min_gpus
 
     def ordered(self) -> list[tuple[Key, int]]:
         """All entries in order (for display; passes use :meth:`walk`)."""
