@@ -225,14 +225,11 @@ class Budget:
         no older change)."""
         if not 1 <= limit <= HISTORY_PAGE_MAX:
             return {"error": f"limit: between 1 and {HISTORY_PAGE_MAX}, not {limit}", "status": 400}
-        history = await self.store.journal("history", self.cluster)
-        if before_seq is not None:
-            history = [h for h in history if h["seq"] < before_seq]
-        page = history[-limit:]
+        page, older = await self.store.journal_page("history", self.cluster, limit, before_seq)
         return {"cluster": self.cluster,
                 "changes": [{k: v for k, v in h.items() if k not in ("old", "new")} | {"changed": changed_of(h)}
                             for h in page],
-                "older_before_seq": page[0]["seq"] if len(page) < len(history) else None,
+                "older_before_seq": page[0]["seq"] if older else None,
                 "current": self.tree.shares()}
 
 

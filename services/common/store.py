@@ -92,6 +92,11 @@ class MemoryStore:
     async def journal(self, kind: str, key: str, skip: int = 0) -> list[dict]:
         return copy.deepcopy(self.journals.get((kind, key), [])[skip:])
 
+    async def journal_page(self, kind: str, key: str, limit: int, before_seq: int | None = None
+                           ) -> tuple[list[dict], bool]:
+        entries = [d for d in self.journals.get((kind, key), []) if before_seq is None or d["seq"] < before_seq]
+        return copy.deepcopy(entries[-limit:]), len(entries) > limit
+
     async def put_if_absent(self, kind: str, key: str, doc: dict) -> dict | None:
         """Insert ``doc`` unless the key exists; returns the existing document or None."""
         async with self.lock:
@@ -233,6 +238,18 @@ class PostgresStore:
         rows = await self.pool.fetch("SELECT doc FROM journal WHERE kind = $1 AND key = $2 ORDER BY n OFFSET $3",
                                      kind, key, skip)
         return [r["doc"] for r in rows]
+
+    @_retried
+    async def journal_page(self, kind: str, key: str, limit: int, before_seq: int | None = None
+                           ) -> tuple[list[dict], bool]:
+        """The last ``limit`` entries of (kind, key) whose ``seq`` (an integer that grows with
+        each append) is below ``before_seq`` (None: all), in the order appended, and whether
+        older ones remain: read from the newest back (the (kind, key, n) index), not the whole
+        journal."""
+        rows = await self.pool.fetch(
+            "SELECT doc FROM journal WHERE kind = $1 AND key = $2 AND ($3::bigint IS NULL OR (doc->>'seq')::bigint < $3)"
+            " ORDER BY n DESC LIMIT $4", kind, key, before_seq, limit + 1)
+        return [r["doc"] for r in reversed(rows[:limit])], len(rows) > limit
 
     @_retried
     async def put_if_absent(self, kind: str, key: str, doc: dict) -> dict | None:

@@ -44,6 +44,23 @@ async def test_commit_writes_documents_journal_and_sequence_together(store):
     assert await store.journal("thing", "a") == [{"event": 1}]
 
 
+async def test_a_journal_page_is_the_newest_entries_before_a_seq_oldest_first(store):
+    key = f"paged-{id(store)}"
+    for seq in range(1, 8):
+        c = Changes()
+        c.append("history", key, {"seq": seq * 10, "what": f"w{seq}"})
+        c.append("history", "another", {"seq": seq * 10, "what": "not this key"})
+        assert await store.commit(f"paging-{id(store)}", seq, c)
+    assert await store.journal_page("history", key, 3) == ([{"seq": 50, "what": "w5"}, {"seq": 60, "what": "w6"},
+                                                             {"seq": 70, "what": "w7"}], True)
+    assert await store.journal_page("history", key, 2, before_seq=50) == ([{"seq": 30, "what": "w3"},
+                                                                           {"seq": 40, "what": "w4"}], True)
+    assert await store.journal_page("history", key, 5, before_seq=30) == ([{"seq": 10, "what": "w1"},
+                                                                           {"seq": 20, "what": "w2"}], False)
+    assert await store.journal_page("history", key, 7) == (await store.journal("history", key), False)
+    assert await store.journal_page("history", "nobody", 3) == ([], False)
+
+
 async def test_a_redelivered_sequence_changes_nothing(store):
     await store.commit("c", 5, changes(a={"n": 1}))
     again = changes(a={"n": 99})
