@@ -177,8 +177,8 @@ def run_policy(scenario, name: str, out_dir: Path | None, show_progress: bool, p
 
         bar = tqdm(total=scenario.duration_s, desc=f"{scenario.name} [{name}]", unit="sim-s",
                    unit_scale=True, leave=False, mininterval=0.5, delay=2.0, file=sys.stderr, position=position)
-    # events are kept as they come and written WRITE_BATCH_EVENTS at a time, encoded in one call each; for the
-    # report, all of them are kept (up to REPORT_FOLD_MAX_EVENTS) and folded at the end
+    # events are kept as they come and written WRITE_BATCH_EVENTS at a time, encoded in one call
+    # each; for the report, all of them are kept (up to REPORT_FOLD_MAX_EVENTS) and folded at the end
     kept: list = []
     keep = kept.append
     written = 0
