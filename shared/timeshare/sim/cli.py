@@ -133,9 +133,10 @@ def simulate(scenario_path: str, policies: list[str], out_dir: Path | None, over
 #: events encoded and written in one call
 WRITE_BATCH_EVENTS = 4096
 #: a run of at most this many events folds them for report.html itself, from the events it holds
-#: (about 200 bytes each): the command then does not read events.jsonl back (0.45 s of CPU for the
-#: built-in month's three runs); a longer run lets them go and the report reads the file
-REPORT_FOLD_MAX_EVENTS = 1_000_000
+#: (about 300 bytes each, so at most about 150 MB more per run's process): the command then does
+#: not read events.jsonl back (0.95 s of CPU for the built-in month's three runs, 196,162 events
+#: the largest); a longer run lets them go and the report reads the file
+REPORT_FOLD_MAX_EVENTS = 500_000
 
 
 def _report_installed() -> bool:
