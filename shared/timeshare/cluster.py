@@ -11,6 +11,7 @@ possible.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from typing import Final
 
 NODE_HEALTHY: Final = "healthy"
@@ -71,6 +72,10 @@ class Node:
         return sorted(self.holders)
 
 
+#: stale entries a free-GPU bucket's heap may hold beyond four per member before it is rebuilt
+BUCKET_HEAP_SLACK = 64
+
+
 class Pool:
     """The nodes of one GPU type, with free-GPU buckets for O(gpus_per_node) best fit."""
 
@@ -84,6 +89,12 @@ class Pool:
         # buckets[f] = indices of schedulable nodes with exactly f free GPUs
         self.buckets: list[set[int]] = [set() for _ in range(spec.gpus_per_node + 1)]
         self.buckets[spec.gpus_per_node].update(range(spec.nodes))
+        #: per bucket, a min-heap of its indices for find_free's lowest index (min of a set reads
+        #: it all: hundreds of nodes at 16,384 GPUs); an index that left the bucket stays in the
+        #: heap until it reaches the top (_lowest_in_bucket), and a heap much larger than its
+        #: bucket is rebuilt
+        self._bucket_heaps: list[list[int]] = [[] for _ in range(spec.gpus_per_node + 1)]
+        self._bucket_heaps[spec.gpus_per_node] = list(range(spec.nodes))  # (sorted: a heap)
         self.free_gpus = self.total_gpus  # on schedulable nodes
         # open[c] = indices of schedulable nodes where c GPUs are not blocked by protected
         # work: the most a preemption could free there (victim search looks only at these)
@@ -134,6 +145,8 @@ class Pool:
         if "_open_version" not in state:
             self._open_version = 0
             self._open_seq = -1
+        if "_bucket_heaps" not in state:
+            self._bucket_heaps = [sorted(bucket) for bucket in self.buckets]  # (sorted: heaps)
         for node in self.nodes:
             if not hasattr(node, "held"):  # a snapshot from before notices
                 node.held = 0
@@ -302,7 +315,7 @@ class Pool:
         if node.state != NODE_HEALTHY:
             return
         self.buckets[old_free].discard(node.index)
-        self.buckets[node.free].add(node.index)
+        self._into_bucket(node.free, node.index)
         self.free_gpus += node.free - old_free
 
     def set_state(self, node: Node, state: str) -> None:
@@ -313,7 +326,7 @@ class Pool:
             self.open[node.gpus - node.blocked].discard(node.index)
             self.free_gpus -= node.free
         elif node.state != NODE_HEALTHY and state == NODE_HEALTHY:
-            self.buckets[node.free].add(node.index)
+            self._into_bucket(node.free, node.index)
             self.open[node.gpus - node.blocked].add(node.index)
             self.free_gpus += node.free
         self.cordoned += (state == NODE_CORDONED) - (node.state == NODE_CORDONED)
@@ -413,6 +426,25 @@ class Pool:
             return self.max_free_on_a_node() >= gpus
         return self.whole_free_nodes() * gpn >= gpus
 
+    def _into_bucket(self, free: int, index: int) -> None:
+        bucket = self.buckets[free]
+        if index in bucket:
+            return
+        bucket.add(index)
+        heap = self._bucket_heaps[free]
+        if len(heap) > 4 * len(bucket) + BUCKET_HEAP_SLACK:
+            heap[:] = sorted(bucket)  # (sorted: a heap) the indices that left, dropped at once
+        else:
+            heappush(heap, index)
+
+    def _lowest_in_bucket(self, free: int) -> int:
+        """min(buckets[free]) of a non-empty bucket, from its heap."""
+        bucket = self.buckets[free]
+        heap = self._bucket_heaps[free]
+        while heap[0] not in bucket:
+            heappop(heap)
+        return heap[0]
+
     def find_free(self, gpus: int, exclude: frozenset[int] = frozenset()) -> list[Node] | None:
         """Nodes to place ``gpus`` on using free GPUs only (never ``exclude``), or None."""
         gpn = self.gpus_per_node
@@ -421,7 +453,7 @@ class Pool:
                 bucket = self.buckets[f]
                 if bucket:
                     if not exclude:
-                        return [self.nodes[min(bucket)]]
+                        return [self.nodes[self._lowest_in_bucket(f)]]
                     allowed = [i for i in bucket if i not in exclude]
                     if allowed:
                         return [self.nodes[min(allowed)]]

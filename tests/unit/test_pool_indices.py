@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from timeshare import cluster
 from timeshare.cluster import NODE_CORDONED, NODE_HEALTHY, Cluster, PoolSpec
 
 
@@ -37,9 +38,18 @@ def _walk_reachable_from(pool, at_least, leaves, exclude, free_limit, held):
     return out
 
 
+def _walk_find_free(pool, gpus):
+    """Best fit by a walk: the healthy node with the fewest free GPUs that suffice, the lowest
+    index among them."""
+    fits = [n for n in pool.nodes if n.state == NODE_HEALTHY and n.free >= gpus]
+    return [min(fits, key=lambda n: (n.free, n.index))] if fits else None
+
+
 @pytest.mark.parametrize("seed", range(8))
-def test_open_and_reachable_nodes_are_what_a_walk_of_the_pool_finds(seed):
+def test_open_and_reachable_nodes_are_what_a_walk_of_the_pool_finds(seed, monkeypatch):
     rng = random.Random(seed)
+    if seed % 2:  # the free buckets' heaps rebuilt often (cluster.Pool._into_bucket)
+        monkeypatch.setattr(cluster, "BUCKET_HEAP_SLACK", 0)
     pool = Cluster([PoolSpec("H100", 12, 8, 4)]).pools["H100"]
     held: list[tuple] = []  # (node, ids, workload id, unallocated GPUs, blocked GPUs, leaf)
     leaves = ["a", "b", "c", "d"]
@@ -69,6 +79,8 @@ def test_open_and_reachable_nodes_are_what_a_walk_of_the_pool_finds(seed):
         exclude = frozenset(rng.sample(range(12), rng.randint(0, 2)))
         free_limit = rng.choice([-1, 0, 2, 5])
         assert pool.open_nodes(at_least, exclude) == _walk_open(pool, at_least, exclude)
+        for gpus in range(1, 9):
+            assert pool.find_free(gpus) == _walk_find_free(pool, gpus), gpus
         assert pool.reachable_nodes(at_least, exclude, free_limit) == _walk_reachable(pool, at_least, exclude, free_limit)
         allowed = {leaf: (leaf, leaf) for leaf in rng.sample(leaves, rng.randint(0, len(leaves)))}
         assert pool.reachable_from(at_least, allowed, exclude, free_limit) == \
