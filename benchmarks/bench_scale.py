@@ -297,8 +297,8 @@ def main() -> int:
     # a busy machine only ever adds time: the least of the repeats is each size's own cost
     least = {gpus: min(r["per_event_us"] for r in rs) for gpus, rs in runs.items()}
     least_loops = {gpus: min(r["per_event_us"] / r["loop_s"] for r in rs) for gpus, rs in runs.items()}
+    first = sizes[0] if sizes else 0
     for gpus in sizes[1:]:
-        first = sizes[0]
         print(f"  {gpus} GPUs against {first}: {least[gpus] / least[first]:.2f}x in CPU seconds, "
               f"{least_loops[gpus] / least_loops[first]:.2f}x in loops (least of {args.repeat} each; target 1.2x)")
     if args.pending and sizes:

@@ -89,7 +89,7 @@ def check_contract(spec: WorkloadSpec, max_min_runtime_s: int, max_notice_s: int
     if notice_s > max_notice_s:
         raise ContractError(
             "checkpoint_on_notice_s",
-            f"{spec.notice_s}s is above the policy's max_notice of {max_notice_s}s "
+            f"{notice_s}s is above the policy's max_notice of {max_notice_s}s "
             "(checkpoint faster, or checkpoint periodically and declare no notice)",
         )
     if spec.checkpoint_size_gb < 0:

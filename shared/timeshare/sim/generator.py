@@ -134,6 +134,7 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
         mrt_range_s = tuple(parse_duration_s(x) for x in mrt) if isinstance(mrt, list) else None
         mrt_s = parse_duration_s(mrt) if mrt != "work" and mrt_range_s is None else 0
         prio_keys, prio_w = _weights(cls.get("priority", {"normal": 1}), f"{where}.priority")
+        prio_cum_w = list(itertools.accumulate(prio_w))  # (as team_cum_w below)
         for p in prio_keys:
             if p not in PRIORITIES:
                 raise GeneratorError(f"{where}.priority", f"unknown priority {p!r}")
@@ -171,7 +172,6 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
             team_mean_gpus = sum(g * w for g, w in zip(team_gpus, team_w)) / sum(team_w)
             # what rng.choices(population, weights) adds up on every call, once (the same draws)
             team_cum_w = list(itertools.accumulate(team_w))
-            prio_cum_w = list(itertools.accumulate(prio_w))
             short = team.replace("/", "-")
             team_gpu_s = class_gpu_s * weights[team] / total_w
             rate_per_s = team_gpu_s / (team_mean_gpus * mean_work_s) / horizon_s
