@@ -1,8 +1,9 @@
 """Budget: owns the allocation tree. Changes arrive as commands (NATS request/reply).
 
 A caller may change the shares of the children of any node they manage; admins may change
-any. A valid change becomes a ``budget.changed`` event (who, old, new, why) proposed to
-placement; the service answers once the event is in the log (its own projection saw it), so
+any. A valid change becomes a ``budget.changed`` event (who, why, and each share it changes
+with the one it replaces) proposed to placement, which refuses it when the shares it replaces
+are no longer the log's (events.budget_conflict); the service answers once the event is in the log (its own projection saw it), so
 the reply means "in force". The projection (current shares + history, with the applied stream
 sequence in the same transaction) is the audit log behind ``GET /v1/allocations/history``.
 Commands are handled one at a time, so two managers never overwrite each other's change.
@@ -99,13 +100,17 @@ class Budget:
 
     def fold(self, work: dict, seq: int, e: ev.Event, changes: Changes) -> dict:
         if isinstance(e, ev.BudgetChanged):
-            work["tree"] = AllocationTree.from_shares(e.new)
-            changes.put("tree", "current", {"shares": e.new})
-            # what changed, not both whole maps: a 10,000-leaf tree changed many times would
-            # otherwise outgrow the history's answer (and the store) with copies of itself
+            before = work["tree"].shares()
+            shares = ev.shares_after(e, before)
+            work["tree"] = AllocationTree.from_shares(shares, like=work["tree"])
+            changes.put("tree", "current", {"shares": shares})
+            # what changed, as the event carries it (one written before then: its two whole maps'
+            # difference): a 10,000-leaf tree changed many times would otherwise outgrow the
+            # history's answer (and the store) with copies of itself
+            changed = e.changed if e.new is None else ev.share_changes(e.old or before, e.new)
             changes.append("history", self.cluster, {"seq": seq, "event_id": e.event_id, "at_ms": e.at_ms,
                                                      "by": e.by, "reason": e.reason,
-                                                     "changed": share_changes(e.old, e.new)})
+                                                     "changed": msgspec.to_builtins(changed)})
             work["seen"].append(e.event_id)
         return work
 
@@ -192,8 +197,10 @@ class Budget:
 
     async def _propose(self, caller: Caller, reason: str, request_id: str, new_tree: AllocationTree) -> dict:
         old = self.tree.shares()
+        # only what changes, each share with the one it was made from: placement refuses it when
+        # another change came first (events.budget_conflict)
         event = ev.BudgetChanged(event_id=request_id, at_ms=self.clock.now_ms(), cluster=self.cluster,
-                                 by=caller.user, reason=reason, old=old, new=new_tree.shares())
+                                 by=caller.user, reason=reason, changed=ev.share_changes(old, new_tree.shares()))
         fut = asyncio.get_running_loop().create_future()
         self.waiters[event.event_id] = fut
         try:
@@ -233,19 +240,12 @@ class Budget:
                 "current": self.tree.shares()}
 
 
-def share_changes(old: dict[str, float], new: dict[str, float]) -> dict[str, dict]:
-    """Per path whose share differs, ``{"old": share or None (added), "new": share or None
-    (removed)}``."""
-    return {p: {"old": old.get(p), "new": new.get(p)} for p in sorted(old.keys() | new.keys())
-            if old.get(p) != new.get(p)}
-
-
 def changed_of(entry: dict) -> dict[str, dict]:
     """A history entry's changes (entries written before the history kept only what changed
     hold both whole maps)."""
     if "changed" in entry:
         return entry["changed"]
-    return share_changes(entry.get("old") or {}, entry.get("new") or {})
+    return msgspec.to_builtins(ev.share_changes(entry.get("old") or {}, entry.get("new") or {}))
 
 
 def default_broker(service: Budget):

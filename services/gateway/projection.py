@@ -115,8 +115,9 @@ class Projection:
                                          "reason": getattr(e, "reason", "")})
             changes.append("node", e.node, {"seq": seq, **body})
         elif isinstance(e, ev.BudgetChanged):
-            work["tree"] = AllocationTree.from_shares(e.new)
-            changes.put("tree", "current", {"shares": e.new, "seq": seq})
+            shares = ev.shares_after(e, work["tree"].shares())
+            work["tree"] = AllocationTree.from_shares(shares, like=work["tree"])
+            changes.put("tree", "current", {"shares": shares, "seq": seq})
         return work
 
     def committed(self, work: dict, events: list[tuple[int, ev.Event]]) -> None:

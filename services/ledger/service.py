@@ -147,7 +147,7 @@ class Ledger:
                     leaf, gpu_type, allocated, gpus = r
                     self.usage.add_running(leaf, gpu_type, allocated, -gpus, now_s)
             case ev.BudgetChanged():
-                self.tree = AllocationTree.from_shares(e.new)
+                self.tree = AllocationTree.from_shares(ev.shares_after(e, self.tree.shares()), like=self.tree)
                 self.hourly.set_tree(self.tree)
         try:
             self.hourly.observe(e)

@@ -300,8 +300,12 @@ class InboxLoop:
                     raise Rejected(f"node {e.node} is {node.state}; only cordoned, drained or down nodes are repaired")
                 return [e]
             case ev.BudgetChanged():
+                before = state.tree.shares()
+                conflict = ev.budget_conflict(e, before)
+                if conflict is not None:
+                    raise Rejected(f"budget change: {conflict}")
                 try:
-                    tree = AllocationTree.from_shares(e.new)
+                    tree = AllocationTree.from_shares(ev.shares_after(e, before), like=state.tree)
                 except TreeError as exc:
                     raise Rejected(f"budget change: {exc}") from None
                 # work is charged to a leaf and queued under it: a change that removes a leaf

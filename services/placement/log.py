@@ -88,8 +88,10 @@ def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
                 return str(exc)
             return None
         case ev.BudgetChanged():
+            # (not budget_conflict: what the log holds was checked when it came; a replay onto a
+            # tree that differs must still end with the shares the change set)
             try:
-                AllocationTree.from_shares(e.new)
+                AllocationTree.from_shares(ev.shares_after(e, state.tree.shares()))
             except TreeError as exc:
                 return f"budget change: {exc}"
             return None

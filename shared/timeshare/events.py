@@ -202,11 +202,27 @@ class NodeRepaired(_Event, frozen=True, kw_only=True, tag="node.repaired"):
     node: str
 
 
-class BudgetChanged(_Event, frozen=True, kw_only=True, tag="budget.changed"):
+class ShareChange(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One path's share before and after a budget change (None: the path was added, or removed)."""
+
+    old: float | None
+    new: float | None
+
+
+# omit_defaults: a change written now carries ``changed`` alone, not the null whole maps
+class BudgetChanged(_Event, frozen=True, kw_only=True, tag="budget.changed", omit_defaults=True):
+    """Who changed the allocation tree and why, and the shares the change changed: its size
+    follows the change, not the tree (a 10,000-leaf tree's whole map is hundreds of KB, and
+    NATS refuses a message over 1 MB). Every reader holds the tree the log made so far and
+    applies ``changed`` to it (:func:`shares_after`)."""
+
     by: str
     reason: str
-    old: dict[str, float]
-    new: dict[str, float]
+    changed: dict[str, ShareChange] = {}
+    #: the whole share maps before and after, as changes written before ``changed`` carried them
+    #: (read, never written now): such a change replaces the tree with ``new``
+    old: dict[str, float] | None = None
+    new: dict[str, float] | None = None
 
 
 Event = (
@@ -246,6 +262,47 @@ def ends_for_good(event: _Event) -> bool:
     if isinstance(event, WorkloadPreempted):
         return not event.resumable
     return isinstance(event, (WorkloadCompleted, WorkloadFailed, WorkloadCancelled))
+
+
+def share_changes(old: dict[str, float], new: dict[str, float]) -> dict[str, ShareChange]:
+    """The paths whose share differs between two whole maps, sorted, each with both shares
+    (None where the path is missing: added, or removed)."""
+    return {p: ShareChange(old=old.get(p), new=new.get(p)) for p in sorted(old.keys() | new.keys())
+            if old.get(p) != new.get(p)}
+
+
+def shares_after(e: BudgetChanged, before: dict[str, float]) -> dict[str, float]:
+    """The whole share map after ``e``, given the map before it (what the log made so far): the
+    changed paths set or removed, the rest as they were (a change in the old form: its ``new``)."""
+    if e.new is not None:
+        return e.new
+    after = dict(before)
+    for path, c in e.changed.items():
+        if c.new is None:
+            after.pop(path, None)
+        else:
+            after[path] = c.new
+    return after
+
+
+def budget_conflict(e: BudgetChanged, before: dict[str, float]) -> str | None:
+    """Why ``e`` does not follow from the shares ``before`` (a path's share is not the one the
+    change was made from: another change came first), or None. A proposal is checked against
+    the tree of the log, so that two changes made from the same tree cannot undo each other's
+    shares; the log's own changes are not (they were checked when they came)."""
+    if e.new is not None:
+        return None  # a whole map replaces whatever was there
+    for path in sorted(e.changed):
+        was = e.changed[path].old
+        now = before.get(path)
+        if now != was:
+            return (f"{path}: its share is {_share_text(now)}, not {_share_text(was)} as the change was made from "
+                    "(another change came first; read the tree again and send the change again)")
+    return None
+
+
+def _share_text(share: float | None) -> str:
+    return "absent" if share is None else f"{share:g}"
 
 
 def json_schema() -> dict:

@@ -157,11 +157,15 @@ async def test_budget_history_keeps_what_changed_and_answers_a_page_at_a_time(se
     # (an entry as the budget service wrote it before: both whole maps)
     changes.append("history", CLUSTER, {"seq": 1, "event_id": "old-style", "at_ms": 1, "by": "root", "reason": "r1",
                                         "old": {"a": 1.0, "b": 2.0}, "new": {"a": 1.0, "b": 3.0, "c": 1.0}})
+    work = {"tree": budget.tree, "seen": []}
     for seq in range(2, 6):
         new = {p: v for p, v in big.items() if not (seq == 5 and p == "t9/l9")} | {"t3/l7": float(seq)}
+        # changes 2 and 3 as written before (both whole maps), 4 and 5 as now (only what changed)
         e = ev.BudgetChanged(event_id=f"e{seq}", at_ms=seq, cluster=CLUSTER, by="root", reason=f"r{seq}",
-                             old=big, new=new)
-        budget.fold({"tree": budget.tree, "seen": []}, seq, e, changes)
+                             old=big, new=new) if seq < 4 else \
+            ev.BudgetChanged(event_id=f"e{seq}", at_ms=seq, cluster=CLUSTER, by="root", reason=f"r{seq}",
+                             changed=ev.share_changes(big, new))
+        work = budget.fold(work, seq, e, changes)
     assert await budget.store.commit("budget", 5, changes)
     async with TestNatsBroker(make_broker(settings, "budget", router(budget, CLUSTER))) as br:
         everything = await ask(br, query("budget.history"), {})

@@ -192,6 +192,30 @@ async def test_tree_changes_that_would_hide_work_or_break_fractions_are_refused(
     reasons = await wait_for(lambda: _reasons(budget.bus, f"placement-{cluster}"), what="the dead letter")
     assert any("alpha/train" in r and "no longer be a leaf" in r for r in reasons), reasons
     assert "hide-it" not in {e.event_id for e in await log_events(stack["gateway"].bus, cluster)}
+    # a change made from shares the log no longer holds (another change came first) is refused,
+    # not applied over that change; the change that came first stands
+    beta = budget.tree.shares()["beta"]
+    first = ev.BudgetChanged(event_id="first", at_ms=0, cluster=cluster, by="root", reason="x",
+                             changed={"beta": ev.ShareChange(old=beta, new=beta + 1)})
+    stale = ev.BudgetChanged(event_id="stale", at_ms=0, cluster=cluster, by="root", reason="x",
+                             changed={"beta": ev.ShareChange(old=beta, new=beta + 2)})
+    await budget.bus.propose(first)
+    await budget.bus.propose(stale)
+
+    async def refused():
+        return [r for r in await _reasons(budget.bus, f"placement-{cluster}") if "another change came first" in r]
+
+    reasons = await wait_for(refused, what="the stale change refused")
+    assert reasons == [f"budget change: beta: its share is {beta + 1:g}, not {beta:g} as the change was made from "
+                       "(another change came first; read the tree again and send the change again)"], reasons
+    ids = {e.event_id for e in await log_events(stack["gateway"].bus, cluster)}
+    assert "first" in ids and "stale" not in ids
+    async with client(stack, "tok-admin") as admin:
+
+        async def first_in_force():
+            return (await admin.get("/v1/allocations")).json()["nodes"]["beta"]["share"] == beta + 1
+
+        await wait_for(first_in_force, what="the first change in the gateway")
 
 
 async def _reasons(bus, consumer: str):

@@ -52,6 +52,9 @@ EXAMPLES = [
     ev.NodeFailed(**BASE, node="H100-003", reason="kernel panic"),
     ev.NodeDrained(**BASE, node="H100-003"),
     ev.NodeRepaired(**BASE, node="H100-003"),
+    ev.BudgetChanged(**BASE, by="lead", reason="quarterly",
+                     changed={"a": ev.ShareChange(old=1.0, new=2.0), "b": ev.ShareChange(old=None, new=1.0)}),
+    # as changes were written before they carried only what changed
     ev.BudgetChanged(**BASE, by="lead", reason="quarterly", old={"a": 1.0}, new={"a": 2.0, "b": 1.0}),
 ]
 
