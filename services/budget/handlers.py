@@ -38,7 +38,7 @@ def router(service, cluster: str) -> NatsRouter:
 
     @r.subscriber(subjects.cmd_subject(cluster, "budget.remove"), title="budget.remove",
                   description="retire a node and its subtree once no pending or running work is charged below "
-                              "it; reply: removed paths, or error + status (403, 404, 409 naming the busy leaves)")
+                              "it; reply: the path removed (its subtree goes with it), or error + status (403, 404, 409 naming the busy leaves)")
     async def budget_remove(cmd: BudgetRemove) -> dict:
         return payload.answer(await service.remove(_caller(cmd.caller), cmd.path, cmd.reason, cmd.request_id))
 

@@ -15,6 +15,7 @@ import asyncio
 import logging
 
 import msgspec
+import nats
 
 from timeshare import events as ev
 from timeshare.tree import AllocationTree, TreeError, check_change, check_removal
@@ -156,7 +157,8 @@ class Budget:
             reply = await self._propose(caller, reason, request_id, new_tree)
             if "error" in reply:
                 return reply
-            changed = {p: {"old": reply["old"].get(p), "new": new_tree.shares()[p]} for p in sorted(shares)}
+            # (the node's share: the whole map built for each path cost 2 s for 1,000 new leaves)
+            changed = {p: {"old": reply["old"].get(p), "new": new_tree.nodes[p].share} for p in sorted(shares)}
             return {"event_id": reply["event_id"], "changed": changed,
                     "fractions": {p: round(n.fraction, 6) for p, n in sorted(self.tree.nodes.items())}}
 
@@ -183,8 +185,9 @@ class Budget:
             reply = await self._propose(caller, reason, request_id, new_tree)
             if "error" in reply:
                 return reply
-            return {"event_id": reply["event_id"], "removed": sorted(p for p in reply["old"] if p not in
-                                                                     new_tree.nodes)}
+            # the path removed, everything below it with it (as the event and the history say it)
+            return {"event_id": reply["event_id"], "removed": sorted(p for p, c in reply["changed"].items()
+                                                                     if c.new is None)}
 
     async def _work_by_leaf(self) -> dict[str, int]:
         """Pending or running workloads per leaf, from placement (which holds them)."""
@@ -206,6 +209,12 @@ class Budget:
         try:
             await self.bus.propose(event)
             await asyncio.wait_for(fut, 10)
+        except nats.errors.MaxPayloadError:
+            # not sent: say so, rather than "it may be applied" ten seconds later
+            size = len(ev.encoder.encode(event))
+            return {"error": f"the change is {size:,} bytes, over the message limit of the bus "
+                             f"({self.bus.nc.max_payload:,} bytes); nothing changed: change fewer shares at a time",
+                    "status": 413}
         except asyncio.TimeoutError:
             # not 503: it may still be applied (issue 22, finding 2); the same request id again
             # is the same change, applied at most once
@@ -215,7 +224,7 @@ class Budget:
                               "with the same Idempotency-Key to know"}
         finally:
             self.waiters.pop(event.event_id, None)
-        return {"event_id": event.event_id, "old": old}
+        return {"event_id": event.event_id, "old": old, "changed": event.changed}
 
     async def _applied(self, request_id: str) -> dict | None:
         """The history entry of a change already applied under this request id, if any."""

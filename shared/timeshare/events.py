@@ -203,7 +203,8 @@ class NodeRepaired(_Event, frozen=True, kw_only=True, tag="node.repaired"):
 
 
 class ShareChange(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """One path's share before and after a budget change (None: the path was added, or removed)."""
+    """One path's share before and after a budget change (None: the path was added, or removed
+    with everything below it)."""
 
     old: float | None
     new: float | None
@@ -266,23 +267,46 @@ def ends_for_good(event: _Event) -> bool:
 
 def share_changes(old: dict[str, float], new: dict[str, float]) -> dict[str, ShareChange]:
     """The paths whose share differs between two whole maps, sorted, each with both shares
-    (None where the path is missing: added, or removed)."""
-    return {p: ShareChange(old=old.get(p), new=new.get(p)) for p in sorted(old.keys() | new.keys())
-            if old.get(p) != new.get(p)}
+    (None where the path is missing: added, or removed). A removed path whose parent is removed
+    too is left out: removing a path removes everything below it (retiring a program of 30,000
+    projects is one entry, not 30,000)."""
+    out: dict[str, ShareChange] = {}
+    for p in sorted(old.keys() | new.keys()):
+        was, now = old.get(p), new.get(p)
+        if was == now:
+            continue
+        if now is None and "/" in p and p.rsplit("/", 1)[0] not in new:
+            continue  # below a removed path
+        out[p] = ShareChange(old=was, new=now)
+    return out
 
 
 def shares_after(e: BudgetChanged, before: dict[str, float]) -> dict[str, float]:
     """The whole share map after ``e``, given the map before it (what the log made so far): the
-    changed paths set or removed, the rest as they were (a change in the old form: its ``new``)."""
+    changed paths set, the removed ones gone with everything below them, the rest as they were
+    (a change in the old form: its ``new``)."""
     if e.new is not None:
         return e.new
-    after = dict(before)
+    removed = {path for path, c in e.changed.items() if c.new is None}
+    if removed:
+        after = {p: s for p, s in before.items() if not _within_any(p, removed)}
+    else:
+        after = dict(before)
     for path, c in e.changed.items():
-        if c.new is None:
-            after.pop(path, None)
-        else:
+        if c.new is not None:
             after[path] = c.new
     return after
+
+
+def _within_any(path: str, subtrees: set[str]) -> bool:
+    """Whether ``path`` is one of ``subtrees`` or below one of them."""
+    while True:
+        if path in subtrees:
+            return True
+        cut = path.rfind("/")
+        if cut < 0:
+            return False
+        path = path[:cut]
 
 
 def budget_conflict(e: BudgetChanged, before: dict[str, float]) -> str | None:

@@ -175,11 +175,20 @@ async def test_tree_changes_that_would_hide_work_or_break_fractions_are_refused(
         assert r.status_code == 403
         r = await admin.post("/v1/allocations/remove", json={"path": "nowhere", "reason": "x"})
         assert r.status_code == 404
-        assert (await admin.put("/v1/allocations", json={"shares": {"beta/old": 1}, "reason": "a team"})).status_code == 200
+        r = await admin.put("/v1/allocations", json={"shares": {"beta/old": 1, "beta/old/x": 1}, "reason": "a team"})
+        assert r.status_code == 200
         r = await admin.post("/v1/allocations/remove", json={"path": "beta/old", "reason": "the team left"})
+        # (the path removed; what was below it goes with it, in the event as in the answer)
         assert r.status_code == 200 and r.json()["removed"] == ["beta/old"], r.text
         tree = (await admin.get("/v1/allocations")).json()["nodes"]
-        assert "beta/old" not in tree and "alpha/train" in tree
+        assert "beta/old" not in tree and "beta/old/x" not in tree and "alpha/train" in tree
+        assert "beta/old/x" not in stack["budget"].tree.nodes
+
+        async def gone_everywhere():
+            return not any(p.startswith("beta/old") for t in (stack["ledger"].tree, stack["placement"].state.tree)
+                           for p in t.nodes)
+
+        await wait_for(gone_everywhere, what="beta/old's subtree gone from the ledger and placement")
         history = (await admin.get("/v1/allocations/history")).json()["changes"]
         assert [h["reason"] for h in history] == ["a team", "the team left"]
         assert (await carol.get("/v1/workloads/leafwork")).json()["state"] in ("pending", "running")

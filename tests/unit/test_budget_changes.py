@@ -30,8 +30,10 @@ def test_a_change_of_a_large_tree_is_as_large_as_the_change():
     assert delta_bytes < 50_000 and whole_bytes > 5 * delta_bytes, (delta_bytes, whole_bytes)
 
 
-shares = st.dictionaries(st.sampled_from(["a", "a/x", "a/y", "b", "b/z", "c"]),
-                         st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]), max_size=6)
+# tree-shaped maps: a path's parent is in the map too
+shares = st.dictionaries(st.sampled_from(["a", "a/x", "a/x/1", "a/x/2", "a/y", "b", "b/z", "c"]),
+                         st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]), max_size=8).map(
+    lambda d: {p: s for p, s in d.items() if all(q in d for q in [p[:i] for i, ch in enumerate(p) if ch == "/"])})
 
 
 @settings(max_examples=200, deadline=None)
@@ -40,7 +42,17 @@ def test_applying_the_changes_to_the_map_before_gives_the_map_after(old, new):
     e = ev.decoder.decode(ev.encoder.encode(_change(old, new)))
     assert ev.shares_after(e, old) == new
     assert ev.budget_conflict(e, old) is None
-    assert set(e.changed) == {p for p in old.keys() | new.keys() if old.get(p) != new.get(p)}
+    # every path whose share differs, but those below a removed path: they go with it
+    differ = {p for p in old.keys() | new.keys() if old.get(p) != new.get(p)}
+    assert set(e.changed) == {p for p in differ if not ("/" in p and p.rsplit("/", 1)[0] in old.keys() - new.keys())}
+
+
+def test_retiring_a_program_of_30000_projects_is_one_entry():
+    tree = {"p": 1.0, "q": 1.0} | {f"p/t{i}": 1.0 for i in range(300)} | {f"p/t{i // 100}/l{i}": 1.0 for i in range(30_000)}
+    after = {"q": 1.0}
+    e = _change(tree, after)
+    assert e.changed == {"p": ev.ShareChange(old=1.0, new=None)}
+    assert ev.shares_after(e, tree) == after and ev.shares_after(e, tree | {"p/late": 2.0}) == after
 
 
 def test_a_change_made_from_shares_the_log_no_longer_holds_is_named():
