@@ -774,3 +774,32 @@ async def test_slow_sockets_are_closed_when_their_request_does_not_arrive_in_tim
         for _, w in writers:
             w.close()
         await stack.stop()
+
+
+async def test_a_change_over_the_buses_message_limit_is_a_413_that_changes_nothing(make_settings):
+    """A budget change whose event would not fit a NATS message (here a server allowing 12 KB) is
+    refused at once and says why, instead of a 202 "it may be applied" ten seconds later for an
+    event that was never sent; a smaller change goes through."""
+    import shutil
+    import tempfile
+
+    from services.devstack.servers import NatsServer
+
+    store = tempfile.mkdtemp(prefix="timeshare-nats-small-")
+    server = NatsServer(store, extra_conf="max_payload: 12288").start()
+    stack = await Stack(make_settings(nats_url=server.url, nats_credentials=server.credentials_file)).start()
+    try:
+        async with client(stack, "tok-admin") as admin:
+            many = {f"beta/t{i:03d}": 1 for i in range(400)}  # a 6 KB command, a 15 KB event
+            r = await admin.put("/v1/allocations", json={"shares": many, "reason": "too much at once"})
+            assert r.status_code == 413, r.text
+            assert "over the message limit of the bus (12,288 bytes); nothing changed" in r.json()["detail"], r.text
+            assert "beta/t000" not in (await admin.get("/v1/allocations")).json()["nodes"]
+            r = await admin.put("/v1/allocations", json={"shares": {"beta/t000": 1}, "reason": "one"})
+            assert r.status_code == 200, r.text
+        assert [e.event_id for e in of_type(await log_events(stack["gateway"].bus, stack.settings.cluster),
+                                            ev.BudgetChanged)] == [r.json()["event_id"]]
+    finally:
+        await stack.stop()
+        server.stop()
+        shutil.rmtree(store, ignore_errors=True)
