@@ -3,9 +3,10 @@
 A caller may change the shares of the children of any node they manage; admins may change
 any. A valid change becomes a ``budget.changed`` event (who, why, and each share it changes
 with the one it replaces) proposed to placement, which refuses it when the shares it replaces
-are no longer the log's (events.budget_conflict); the service answers once the event is in the log (its own projection saw it), so
-the reply means "in force". The projection (current shares + history, with the applied stream
-sequence in the same transaction) is the audit log behind ``GET /v1/allocations/history``.
+are no longer the log's (events.budget_conflict); the service answers once the event is in the
+log (its own projection saw it), so the reply means "in force". The projection (current
+shares + history, with the applied stream sequence in the same transaction) is the audit log
+behind ``GET /v1/allocations/history``.
 Commands are handled one at a time, so two managers never overwrite each other's change.
 """
 
