@@ -519,11 +519,19 @@ def _cmd_budget_history(args) -> int:
     lines = []
     for h in r["changes"]:
         lines.append(f"{_utc(h['at_ms'])}  {h['by']}: {h['reason']}  " + ", ".join(
-            f"{p} {'-' if c['old'] is None else c['old']}->{'-' if c['new'] is None else c['new']}"
-            for p, c in h["changed"].items()))
+            _share_change(p, c) for p, c in h["changed"].items()))
     if r.get("older_before_seq") is not None:
         lines.append(f"(older changes: timeshare budget history --before {r['older_before_seq']})")
     return _out(args, r, "\n".join(lines) or "no budget changes yet")
+
+
+def _share_change(path: str, change: dict) -> str:
+    """One path of a budget change as the history prints it (a removed path's subtree went with it)."""
+    if change["old"] is None:
+        return f"{path} added ({change['new']})"
+    if change["new"] is None:
+        return f"{path} removed ({change['old']}; with everything below it)"
+    return f"{path} {change['old']}->{change['new']}"
 
 
 def _cmd_budget_report(args) -> int:

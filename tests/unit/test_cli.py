@@ -205,10 +205,12 @@ def test_budget_history_prints_utc_times_and_what_changed(gateway, capsys):
     answers, _ = gateway
     answers["GET", "/v1/allocations/history"] = {"changes": [
         {"seq": 7, "at_ms": 1796135520000, "by": "root", "reason": "grow beta",
-         "changed": {"beta": {"old": 1.0, "new": 2.0}, "beta/new": {"old": None, "new": 1.0}}}],
+         "changed": {"beta": {"old": 1.0, "new": 2.0}, "beta/new": {"old": None, "new": 1.0},
+                     "beta/old": {"old": 3.0, "new": None}}}],
         "older_before_seq": 7}
     assert main(["budget", "history"]) == 0
-    assert capsys.readouterr().out == ("2026-12-01 14:32:00Z  root: grow beta  beta 1.0->2.0, beta/new -->1.0\n"
+    assert capsys.readouterr().out == ("2026-12-01 14:32:00Z  root: grow beta  beta 1.0->2.0, beta/new added (1.0), "
+                                       "beta/old removed (3.0; with everything below it)\n"
                                        "(older changes: timeshare budget history --before 7)\n")
 
 
