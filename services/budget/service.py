@@ -102,14 +102,12 @@ class Budget:
 
     def fold(self, work: dict, seq: int, e: ev.Event, changes: Changes) -> dict:
         if isinstance(e, ev.BudgetChanged):
-            before = work["tree"].shares()
-            shares = ev.shares_after(e, before)
-            work["tree"] = AllocationTree.from_shares(shares, like=work["tree"])
-            changes.put("tree", "current", {"shares": shares})
+            work["tree"] = ev.tree_after(e, work["tree"])
+            changes.put("tree", "current", {"shares": work["tree"].shares()})
             # what changed, as the event carries it (one written before then: its two whole maps'
             # difference): a 10,000-leaf tree changed many times would otherwise outgrow the
             # history's answer (and the store) with copies of itself
-            changed = e.changed if e.new is None else ev.share_changes(e.old or before, e.new)
+            changed = e.changed if e.new is None else ev.share_changes(e.old or {}, e.new)
             changes.append("history", self.cluster, {"seq": seq, "event_id": e.event_id, "at_ms": e.at_ms,
                                                      "by": e.by, "reason": e.reason,
                                                      "changed": msgspec.to_builtins(changed)})

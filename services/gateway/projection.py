@@ -115,9 +115,8 @@ class Projection:
                                          "reason": getattr(e, "reason", "")})
             changes.append("node", e.node, {"seq": seq, **body})
         elif isinstance(e, ev.BudgetChanged):
-            shares = ev.shares_after(e, work["tree"].shares())
-            work["tree"] = AllocationTree.from_shares(shares, like=work["tree"])
-            changes.put("tree", "current", {"shares": shares, "seq": seq})
+            work["tree"] = ev.tree_after(e, work["tree"])
+            changes.put("tree", "current", {"shares": work["tree"].shares(), "seq": seq})
         return work
 
     def committed(self, work: dict, events: list[tuple[int, ev.Event]]) -> None:

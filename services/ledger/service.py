@@ -22,7 +22,6 @@ import msgspec
 
 from timeshare import events as ev
 from timeshare.sim.metrics import HOUR_S
-from timeshare.tree import AllocationTree
 from timeshare.window import UsageLedger
 
 from ..common import healthz, payload, subjects
@@ -147,7 +146,7 @@ class Ledger:
                     leaf, gpu_type, allocated, gpus = r
                     self.usage.add_running(leaf, gpu_type, allocated, -gpus, now_s)
             case ev.BudgetChanged():
-                self.tree = AllocationTree.from_shares(ev.shares_after(e, self.tree.shares()), like=self.tree)
+                self.tree = ev.tree_after(e, self.tree)
                 self.hourly.set_tree(self.tree)
         try:
             self.hourly.observe(e)

@@ -24,7 +24,7 @@ from timeshare import events as ev
 from timeshare.cluster import NODE_HEALTHY, PlacementError
 from timeshare.drains import drain_needs_human
 from timeshare.state import ENDED, RUNNING
-from timeshare.tree import AllocationTree, TreeError
+from timeshare.tree import TreeError
 from timeshare.units import ms_to_s
 from timeshare.workload import ContractError
 
@@ -300,12 +300,11 @@ class InboxLoop:
                     raise Rejected(f"node {e.node} is {node.state}; only cordoned, drained or down nodes are repaired")
                 return [e]
             case ev.BudgetChanged():
-                before = state.tree.shares()
-                conflict = ev.budget_conflict(e, before)
+                conflict = ev.budget_conflict(e, state.tree)
                 if conflict is not None:
                     raise Rejected(f"budget change: {conflict}")
                 try:
-                    tree = AllocationTree.from_shares(ev.shares_after(e, before), like=state.tree)
+                    tree = ev.tree_after(e, state.tree)
                 except TreeError as exc:
                     raise Rejected(f"budget change: {exc}") from None
                 # work is charged to a leaf and queued under it: a change that removes a leaf

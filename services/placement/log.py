@@ -18,7 +18,7 @@ import msgspec
 from timeshare import events as ev
 from timeshare.cluster import PlacementError
 from timeshare.state import AWAITING, PENDING, RUNNING, SchedulerState
-from timeshare.tree import AllocationTree, TreeError
+from timeshare.tree import TreeError
 from timeshare.units import ms_to_s
 
 from ..common import subjects, telemetry
@@ -91,7 +91,7 @@ def check_replayable(state: SchedulerState, e: ev.Event) -> str | None:
             # (not budget_conflict: what the log holds was checked when it came; a replay onto a
             # tree that differs must still end with the shares the change set)
             try:
-                AllocationTree.from_shares(ev.shares_after(e, state.tree.shares()))
+                ev.tree_after(e, state.tree)
             except TreeError as exc:
                 return f"budget change: {exc}"
             return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from .tree import AllocationTree, ancestors
 from .workload import WorkloadSpec
 
 
@@ -289,7 +290,7 @@ def shares_after(e: BudgetChanged, before: dict[str, float]) -> dict[str, float]
         return e.new
     removed = {path for path, c in e.changed.items() if c.new is None}
     if removed:
-        after = {p: s for p, s in before.items() if not _within_any(p, removed)}
+        after = {p: s for p, s in before.items() if not any(a in removed for a in ancestors(p))}
     else:
         after = dict(before)
     for path, c in e.changed.items():
@@ -298,27 +299,22 @@ def shares_after(e: BudgetChanged, before: dict[str, float]) -> dict[str, float]
     return after
 
 
-def _within_any(path: str, subtrees: set[str]) -> bool:
-    """Whether ``path`` is one of ``subtrees`` or below one of them."""
-    while True:
-        if path in subtrees:
-            return True
-        cut = path.rfind("/")
-        if cut < 0:
-            return False
-        path = path[:cut]
+def tree_after(e: BudgetChanged, tree: AllocationTree) -> AllocationTree:
+    """The tree after ``e``, given the tree the log made before it (validated: TreeError)."""
+    return AllocationTree.from_shares(shares_after(e, tree.shares()), like=tree)
 
 
-def budget_conflict(e: BudgetChanged, before: dict[str, float]) -> str | None:
-    """Why ``e`` does not follow from the shares ``before`` (a path's share is not the one the
-    change was made from: another change came first), or None. A proposal is checked against
-    the tree of the log, so that two changes made from the same tree cannot undo each other's
-    shares; the log's own changes are not (they were checked when they came)."""
+def budget_conflict(e: BudgetChanged, tree: AllocationTree) -> str | None:
+    """Why ``e`` does not follow from ``tree`` (a path's share is not the one the change was
+    made from: another change came first), or None. A proposal is checked against the tree of
+    the log, so that two changes made from the same tree cannot undo each other's shares; the
+    log's own changes are not (they were checked when they came)."""
     if e.new is not None:
         return None  # a whole map replaces whatever was there
     for path in sorted(e.changed):
         was = e.changed[path].old
-        now = before.get(path)
+        node = tree.nodes.get(path)
+        now = node.share if node is not None else None
         if now != was:
             return (f"{path}: its share is {_share_text(now)}, not {_share_text(was)} as the change was made from "
                     "(another change came first; read the tree again and send the change again)")

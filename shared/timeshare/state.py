@@ -713,7 +713,7 @@ class SchedulerState:
                 node = self.cluster.node(e.node)
                 node.pool.set_state(node, NODE_HEALTHY)
             case ev.BudgetChanged():
-                self.tree = AllocationTree.from_shares(ev.shares_after(e, self.tree.shares()), like=self.tree)
+                self.tree = ev.tree_after(e, self.tree)
                 self.tree_changed = True
             case _:
                 raise TypeError(f"unknown event {e!r}")

@@ -30,10 +30,11 @@ def test_a_change_of_a_large_tree_is_as_large_as_the_change():
     assert delta_bytes < 50_000 and whole_bytes > 5 * delta_bytes, (delta_bytes, whole_bytes)
 
 
-# tree-shaped maps: a path's parent is in the map too
+# tree-shaped maps (a path's parent is in the map too), never empty
 shares = st.dictionaries(st.sampled_from(["a", "a/x", "a/x/1", "a/x/2", "a/y", "b", "b/z", "c"]),
                          st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]), max_size=8).map(
-    lambda d: {p: s for p, s in d.items() if all(q in d for q in [p[:i] for i, ch in enumerate(p) if ch == "/"])})
+    lambda d: {"z": 1.0} | {p: s for p, s in d.items()
+                            if all(q in d for q in [p[:i] for i, ch in enumerate(p) if ch == "/"])})
 
 
 @settings(max_examples=200, deadline=None)
@@ -41,7 +42,7 @@ shares = st.dictionaries(st.sampled_from(["a", "a/x", "a/x/1", "a/x/2", "a/y", "
 def test_applying_the_changes_to_the_map_before_gives_the_map_after(old, new):
     e = ev.decoder.decode(ev.encoder.encode(_change(old, new)))
     assert ev.shares_after(e, old) == new
-    assert ev.budget_conflict(e, old) is None
+    assert ev.budget_conflict(e, AllocationTree.from_shares(old)) is None
     # every path whose share differs, but those below a removed path: they go with it
     differ = {p for p in old.keys() | new.keys() if old.get(p) != new.get(p)}
     assert set(e.changed) == {p for p in differ if not ("/" in p and p.rsplit("/", 1)[0] in old.keys() - new.keys())}
@@ -58,12 +59,12 @@ def test_retiring_a_program_of_30000_projects_is_one_entry():
 def test_a_change_made_from_shares_the_log_no_longer_holds_is_named():
     before = {"a": 1.0, "b": 1.0}
     e = _change(before, {"a": 2.0, "b": 1.0, "c": 1.0})
-    assert ev.budget_conflict(e, {"a": 3.0, "b": 1.0}) == (
+    assert ev.budget_conflict(e, AllocationTree.from_shares({"a": 3.0, "b": 1.0})) == (
         "a: its share is 3, not 1 as the change was made from (another change came first; read the tree again "
         "and send the change again)")
-    assert "c: its share is 1, not absent" in ev.budget_conflict(e, {"a": 1.0, "b": 1.0, "c": 1.0})
+    assert "c: its share is 1, not absent" in ev.budget_conflict(e, AllocationTree.from_shares({"a": 1.0, "b": 1.0, "c": 1.0}))
     # a change of other paths made from the same tree is no conflict: both apply
-    assert ev.budget_conflict(e, {"a": 1.0, "b": 5.0}) is None
+    assert ev.budget_conflict(e, AllocationTree.from_shares({"a": 1.0, "b": 5.0})) is None
     assert ev.shares_after(e, {"a": 1.0, "b": 5.0}) == {"a": 2.0, "b": 5.0, "c": 1.0}
 
 
@@ -72,7 +73,7 @@ def test_a_change_written_as_two_whole_maps_reads_as_before():
           b'"new":{"a":2.0,"b":1.0}}'
     e = ev.decoder.decode(raw)
     assert e.changed == {} and ev.shares_after(e, {"a": 7.0, "z": 1.0}) == {"a": 2.0, "b": 1.0}
-    assert ev.budget_conflict(e, {"anything": 1.0}) is None
+    assert ev.budget_conflict(e, AllocationTree.from_shares({"anything": 1.0})) is None
     # written now: no whole map, no null fields
     assert b'"old"' not in ev.encoder.encode(_change({"a": 1.0}, {"a": 2.0})).replace(b'{"old"', b"")
 
