@@ -4,7 +4,8 @@ A caller may change the shares of the children of any node they manage; admins m
 any. A valid change becomes a ``budget.changed`` event (who, why, and each share it changes
 with the one it replaces) proposed to placement, which refuses it when the shares it replaces
 are no longer the log's (events.budget_conflict); the service answers once the event is in the
-log (its own projection saw it), so the reply means "in force". The projection (current
+log (its own projection saw it), so the reply means "in force"; a change placement refused is a
+409 with placement's reason (its dead letter, which the service follows). The projection (current
 shares + history, with the applied stream sequence in the same transaction) is the audit log
 behind ``GET /v1/allocations/history``.
 Commands are handled one at a time, so two managers never overwrite each other's change.
@@ -36,6 +37,16 @@ class Unanswered(Exception):
     pass
 
 
+class _Refused(msgspec.Struct):
+    """Placement's answer to a proposed change it did not append (its dead letter)."""
+    reason: str
+
+
+class _EventId(msgspec.Struct):
+    """The one field of a dead-lettered event the budget service reads."""
+    event_id: str = ""
+
+
 #: changes per page of the history (GET /v1/allocations/history?limit=), and the most one page holds
 HISTORY_PAGE = 100
 HISTORY_PAGE_MAX = 1000
@@ -58,6 +69,7 @@ class Budget:
         self.stop_event = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
         self.broker = None
+        self.refusals = None  # the subscription to placement's dead letters (start)
 
     async def start(self, broker=None) -> "Budget":
         """``broker``: the faststream broker with this service's handlers (``main.py`` builds it);
@@ -69,6 +81,11 @@ class Budget:
         await self.load(self.store)
         self.projector = await Projector(self, self.bus, self.store, self.stop_event,
                                          stuck_after_s=self.settings.stuck_after_s).start()
+        # a change placement refuses (made from shares the log no longer holds, or one that
+        # would hide work) is dead-lettered with the reason, never appended: the caller waiting
+        # for it hears that reason at once instead of "unconfirmed" ten seconds later
+        self.refusals = await self.bus.nc.subscribe(subjects.dlq_subject(f"placement-{self.cluster}"),
+                                                    cb=self._on_dead_letter)
         # commands and queries are answered once the tree is loaded and followed
         self.broker = broker or default_broker(self)
         await self.broker.start()
@@ -79,6 +96,11 @@ class Budget:
 
     async def stop(self) -> None:
         self.stop_event.set()
+        if self.refusals is not None:
+            try:
+                await self.refusals.unsubscribe()
+            except Exception:  # noqa: BLE001 (a closed connection has no subscription left)
+                pass
         if self.projector is not None:
             await self.projector.close()
         if self.broker is not None:
@@ -121,6 +143,19 @@ class Budget:
             if fut is not None and not fut.done():
                 fut.set_result(True)
 
+    async def _on_dead_letter(self, msg) -> None:
+        """A proposal of this service's that placement refused: its waiter gets the reason
+        (any other dead letter, or one that does not decode, is not the budget service's)."""
+        if not self.waiters:
+            return
+        try:
+            event_id = msgspec.json.decode(msg.data, type=_EventId).event_id
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        fut = self.waiters.get(event_id)
+        if fut is not None and not fut.done():
+            fut.set_result(_Refused(reason=(msg.headers or {}).get("Timeshare-Reason", "no reason given")))
+
     @property
     def last_seq(self) -> int:
         return self.projector.applied_seq if self.projector is not None else 0
@@ -154,7 +189,7 @@ class Budget:
             except Unanswered as exc:
                 return {"error": str(exc), "status": 503}
             reply = await self._propose(caller, reason, request_id, new_tree)
-            if "error" in reply:
+            if "error" in reply or reply.get("state") == "unconfirmed":
                 return reply
             # (the node's share: the whole map built for each path cost 2 s for 1,000 new leaves)
             changed = {p: {"old": reply["old"].get(p), "new": new_tree.nodes[p].share} for p in sorted(shares)}
@@ -182,7 +217,7 @@ class Budget:
             except Unanswered as exc:
                 return {"error": str(exc), "status": 503}
             reply = await self._propose(caller, reason, request_id, new_tree)
-            if "error" in reply:
+            if "error" in reply or reply.get("state") == "unconfirmed":
                 return reply
             # the path removed, everything below it with it (as the event and the history say it)
             return {"event_id": reply["event_id"], "removed": sorted(p for p, c in reply["changed"].items()
@@ -207,7 +242,7 @@ class Budget:
         self.waiters[event.event_id] = fut
         try:
             await self.bus.propose(event)
-            await asyncio.wait_for(fut, 10)
+            answer = await asyncio.wait_for(fut, 10)
         except nats.errors.MaxPayloadError:
             # not sent: say so, rather than "it may be applied" ten seconds later
             size = len(ev.encoder.encode(event))
@@ -218,11 +253,12 @@ class Budget:
             # not 503: it may still be applied (issue 22, finding 2); the same request id again
             # is the same change, applied at most once
             return {"state": "unconfirmed", "event_id": event.event_id, "request_id": request_id,
-                    "detail": "the change was sent but is not in the log yet (is placement running? a change "
-                              "placement refused is in the dead-letter stream with the reason); send it again "
-                              "with the same Idempotency-Key to know"}
+                    "detail": "the change was sent but is not in the log yet (is placement running?); "
+                              "send it again with the same Idempotency-Key to know"}
         finally:
             self.waiters.pop(event.event_id, None)
+        if isinstance(answer, _Refused):
+            return {"error": f"placement refused the change: {answer.reason}; nothing changed", "status": 409}
         return {"event_id": event.event_id, "old": old, "changed": event.changed}
 
     async def _applied(self, request_id: str) -> dict | None:

@@ -103,7 +103,10 @@ PERMISSIONS: dict[str, dict[str, list[str]]] = {
     "budget": {
         "publish": [*_JS_READ, *_consumers("TIMESHARE", "timeshare.v1.*.budget.>"), f"{_IN}.budget.changed", f"{_Q}.work"],
         "subscribe": ["_INBOX.>", _healthz("budget"), f"{_C}.budget.set", f"{_C}.budget.remove",
-                      f"{_Q}.budget.history"],
+                      f"{_Q}.budget.history",
+                      # placement's refusals of proposed changes, with the reason (Budget._on_dead_letter;
+                      # a subject token is matched whole: "placement-*" would match nothing)
+                      "timeshare.dlq.*"],
     },
     "ledger": {
         "publish": [*_JS_READ, *_LOG_ALL, "$KV.timeshare_usage.>"],

@@ -78,8 +78,9 @@ def find_victims(
     if gpus > gpn:
         return _find_gang(state, pool, gpus, may_preempt, cost, exclude, caps, capped, side_caps)
     workloads = state.workloads
-    allowed: dict[str, bool] = {}  # workload id -> may_preempt, before any cost is needed
-    costs: dict[str, tuple] = {}  # workload id -> cost, of those allowed
+    # (no memo of may_preempt or cost by workload: a victim of a single-node search sits on one
+    # node but for a gang, and a dict of each search's hundreds of victims cost more than asking
+    # again for the few gangs; both are pure within a search)
     best = None
     if only is None:
         candidates_nodes = pool.open_nodes(gpus, exclude)
@@ -94,22 +95,26 @@ def find_victims(
         # costs only for nodes where enough could be freed: most nodes of a search fail
         # here, and a cost is dearer than a yes or no
         reachable = free
+        allowed: list[tuple[Workload, int]] = []
         for wid, n in node.holders.items():
-            ok = allowed.get(wid)
-            if ok is None:
-                ok = allowed[wid] = may_preempt(workloads[wid])
-            if ok:
+            v = workloads[wid]
+            if may_preempt(v):
                 reachable += n
+                allowed.append((v, n))
         if reachable < gpus:
             continue
-        candidates: list[tuple[tuple, int]] = []
-        for wid, n in node.holders.items():
-            if allowed[wid]:
-                c = costs.get(wid)
-                if c is None:
-                    c = costs[wid] = cost(workloads[wid])
-                candidates.append((c, n))
+        candidates: list[tuple[tuple, int]] = [(cost(v), n) for v, n in allowed]
         candidates.sort()
+        if best is not None and by_fit:
+            # a node takes at least one victim (its free GPUs do not suffice), and a rank begins
+            # with (dearest victim's first item, progress lost), neither below the cheapest
+            # victim's (losses are not negative): a node whose cheapest victim is dearer than
+            # the best rank's start cannot win (nearly every node of a large pool, where one
+            # victim frees enough on each)
+            cheapest = candidates[0][0]
+            best_rank = best[0]
+            if cheapest[0] > best_rank[0] or (cheapest[0] == best_rank[0] and cheapest[1] > best_rank[1]):
+                continue
         taken_ids: list[str] = []
         got = free
         worst: tuple = ()
@@ -351,7 +356,7 @@ def preemption_cost_gpu_s(state: SchedulerState, w: Workload, now_s: Seconds, re
     GPUs go (the storage rule admits its checkpoint). Without a notice: :func:`lost_gpu_s`."""
     if not state.gives_notice(w):
         return lost_gpu_s(w, now_s)
-    notice_s = w.spec.notice_s
+    notice_s = w.notice_s
     return (w.gpus + requester_gpus * (DEBUG_WAIT_WEIGHT if debug else 1)) * notice_s
 
 

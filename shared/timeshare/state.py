@@ -78,6 +78,7 @@ class Workload:
         "allocated", "protected_until_s", "placement", "first_start_s", "queued_since_s",
         "attempt", "preemptions", "resubmit_of", "submit_s", "non_preemptible", "min_runtime_s",
         "queue_class", "work_s", "resumable", "checkpoint_interval_s", "ended_s", "notice", "plan",
+        "notice_s", "keeps_by_notice",
     )
 
     def __init__(self, spec: WorkloadSpec, submit_s: Seconds, resubmit_of: str | None):
@@ -107,6 +108,11 @@ class Workload:
         self.work_s = spec.work_s
         self.resumable = spec.resumable
         self.checkpoint_interval_s = spec.checkpoint_interval_s
+        #: the notice it asks for (0: none), and whether a notice keeps something (its progress,
+        #: or a session's suspended state): every victim costed reads both, and on the spec
+        #: (a msgspec struct, not compiled) each is a Python property call
+        self.notice_s: int = spec.notice_s
+        self.keeps_by_notice: bool = spec.resumable or spec.suspends
         #: when it ended for good (completed, failed, cancelled, preempted and not requeued);
         #: None while it may still run (see SchedulerState.forget_ended)
         self.ended_s: Seconds | None = None
@@ -375,8 +381,7 @@ class SchedulerState:
         only hold its GPUs longer to lose the same). Resumable work that the deciding pass itself
         started (it resumed from its checkpoint this instant) has no progress to save: it is
         preempted at once, losing nothing, and its GPUs go to the preemptor without a wait."""
-        if not (self.config.preemption_notice and w.notice is None and w.spec.notice_s > 0
-                and (w.resumable or w.spec.suspends)):
+        if not (self.config.preemption_notice and w.notice is None and w.notice_s > 0 and w.keeps_by_notice):
             return False
         return not (w.resumable and w.state == RUNNING and w.run_start_s == self.pass_now_s)
 

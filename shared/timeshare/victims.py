@@ -69,7 +69,7 @@ class VictimRules:
     the leaves whose unallocated work may go."""
 
     __slots__ = ("state", "view", "leaf", "victims_of", "unallocated_from", "now_s", "unallocated_side",
-                 "allocated_side", "requester_gpus", "debug", "limited_storage", "unallocated_caps", "side_caps", "caps")
+                 "allocated_side", "requester_gpus", "debug", "limited_storage", "unallocated_caps")
 
     def __init__(self, state: SchedulerState, view: FairShareView, leaf: str, victims_of: dict[str, VictimLimit],
                  unallocated_from: dict[str, tuple[str, str]] | None, now_s: Seconds,
@@ -91,11 +91,21 @@ class VictimRules:
         # rule "unallocated sharing": the most unallocated GPUs each richer subtree may lose
         # (find_victims skips a victim past it and tries the next, so a smaller set is found)
         self.unallocated_caps = unallocated_caps
-        self.side_caps: Callable[[Workload], tuple[str, int] | None] | None = \
-            self.side_cap if unallocated_caps else None
-        # (no allocated victim, no cap: find_victims then skips spreading a node's victims over
-        # groups, which only reorders allocated ones)
-        self.caps: Callable[[Workload], tuple[str, int] | None] | None = self.cap if victims_of else None
+
+    # (properties, not attributes holding bound methods: a bound method kept on its own object
+    # is a reference cycle, and one per search left the cyclic collector a VictimRules, its
+    # dicts and its view to find, thousands a day)
+    @property
+    def side_caps(self) -> Callable[[Workload], tuple[str, int] | None] | None:
+        """:meth:`side_cap` when some richer subtree's loss is capped, else None."""
+        return self.side_cap if self.unallocated_caps else None
+
+    @property
+    def caps(self) -> Callable[[Workload], tuple[str, int] | None] | None:
+        """:meth:`cap` when allocated work may go, else None (no allocated victim, no cap:
+        find_victims then skips spreading a node's victims over groups, which only reorders
+        allocated ones)."""
+        return self.cap if self.victims_of else None
 
     def may_preempt(self, v: Workload) -> bool:
         # under notice already (its GPUs are promised), or its checkpoint would not fit the

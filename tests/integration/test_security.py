@@ -803,3 +803,39 @@ async def test_a_change_over_the_buses_message_limit_is_a_413_that_changes_nothi
         await stack.stop()
         server.stop()
         shutil.rmtree(store, ignore_errors=True)
+
+
+async def test_a_change_placement_refuses_is_a_409_with_its_reason_at_once(stack):
+    """A change made from shares the log no longer holds (a second budget replica whose view lags
+    behind a change sent around it) is refused by placement; the caller hears placement's reason
+    in the answer, not "unconfirmed" ten seconds later, and the change that came first stands."""
+    from services.common.auth import Caller
+
+    cluster = stack.settings.cluster
+    budget = stack["budget"]
+    lagging = budget.tree  # the tree as this replica knew it
+    beta = lagging.shares()["beta"]
+    first = ev.BudgetChanged(event_id="around", at_ms=0, cluster=cluster, by="root", reason="x",
+                             changed={"beta": ev.ShareChange(old=beta, new=beta + 1)})
+    await budget.bus.propose(first)
+    await wait_for(_async(lambda: budget.tree.shares()["beta"] == beta + 1), what="the first change in force")
+    current = budget.tree
+    budget.tree = lagging  # its projection has not seen the first change yet
+    try:
+        answer = await budget.change(Caller(user="root", admin=True), {"beta": beta + 5}, "late", "budget.late-1")
+    finally:
+        if budget.tree is lagging:
+            budget.tree = current
+    # (without the answer from the dead letter: {"state": "unconfirmed", ...} after 10 s)
+    assert answer.get("status") == 409, answer
+    assert answer["error"] == (f"placement refused the change: budget change: beta: its share is {beta + 1:g}, not "
+                               f"{beta:g} as the change was made from (another change came first; read the tree "
+                               "again and send the change again); nothing changed"), answer
+    ids = {e.event_id for e in await log_events(stack["gateway"].bus, cluster)}
+    assert "around" in ids and "budget.late-1" not in ids
+    async with client(stack, "tok-admin") as admin:
+
+        async def first_stands():
+            return (await admin.get("/v1/allocations")).json()["nodes"]["beta"]["share"] == beta + 1
+
+        await wait_for(first_stands, what="the first change in the gateway")
