@@ -49,6 +49,7 @@ def find_victims(
     free_limit: int = -1,
     fill_after: Callable[[str, int], float] | None = None,
     side_caps: Callable[[Workload], tuple[str, int] | None] | None = None,
+    prune: bool = False,
 ) -> tuple[list[Node], list[Workload]] | None:
     """Nodes for the request and the workloads to preempt first, or None when nothing works.
 
@@ -73,7 +74,12 @@ def find_victims(
     ``side_caps`` is a second limit of the same kind, apart from ``caps`` so that it changes no
     order or rank: per victim, a group and the most GPUs it may lose (the unallocated work of a
     richer subtree, which must end at least level with the requester). A victim past it is
-    skipped and the next one tried (and ``capped`` told)."""
+    skipped and the next one tried (and ``capped`` told).
+
+    ``prune`` (with ``by_fit``; False: every node is ranked, as the reference mode does): once a
+    plan is found, a node whose cheapest victim already ranks behind it is not ranked (it
+    cannot win); only a search that has found a plan skips, so a failure, and what ``capped``
+    says of it, is as without."""
     gpn = pool.gpus_per_node
     if gpus > gpn:
         return _find_gang(state, pool, gpus, may_preempt, cost, exclude, caps, capped, side_caps)
@@ -105,7 +111,7 @@ def find_victims(
             continue
         candidates: list[tuple[tuple, int]] = [(cost(v), n) for v, n in allowed]
         candidates.sort()
-        if best is not None and by_fit:
+        if prune and best is not None and by_fit:
             # a node takes at least one victim (its free GPUs do not suffice), and a rank begins
             # with (dearest victim's first item, progress lost), neither below the cheapest
             # victim's (losses are not negative): a node whose cheapest victim is dearer than

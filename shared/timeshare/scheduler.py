@@ -886,7 +886,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.caps,
                                     side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped, only=changed, exclude=exclude,
-                                    free_limit=free_limit)
+                                    free_limit=free_limit, prune=True)
             else:
                 plan = None
         else:
@@ -894,7 +894,8 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
             if victims_of:
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost, caps=rules.caps,
                                     side_caps=rules.side_caps, by_fit=True,
-                                    fill_after=rules.fill_after, capped=capped, exclude=exclude, free_limit=free_limit)
+                                    fill_after=rules.fill_after, capped=capped, exclude=exclude, free_limit=free_limit,
+                                    prune=True)
             else:
                 # only unallocated work may go: the nodes where free GPUs and the work that may
                 # go could make enough (of some leaves only: Pool.groups; nodes that cannot serve
@@ -904,7 +905,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
                 plan = find_victims(state, pool, gpus, rules.may_preempt, rules.cost,
                                     caps=rules.caps, side_caps=rules.side_caps, by_fit=True,
                                     fill_after=rules.fill_after, capped=capped,
-                                    exclude=exclude, free_limit=free_limit, only=only)
+                                    exclude=exclude, free_limit=free_limit, only=only, prune=True)
         if plan is None and not capped:
             if not narrowed or gpus == memo.size:
                 memo.seq, memo.key, memo.size, memo.free_limit = pool.change_seq, allowed_key, gpus, free_limit

@@ -1,5 +1,5 @@
-"""find_victims skips a node whose cheapest victim already ranks behind the best node found
-(placement.py): the node it returns is the one that ranks best when every node is searched on
+"""find_victims with ``prune`` skips a node whose cheapest victim already ranks behind the best
+node found (placement.py): the node it returns is the one that ranks best when every node is searched on
 its own and ranked by rules.node_rank, on random pools of mixed work, costs, caps and limits."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_the_node_found_is_the_best_ranked_of_every_node_searched_alone(case):
     kw = dict(by_fit=True, free_limit=case["free_limit"], caps=group if case["use_caps"] else None,
               side_caps=group if case["use_side_caps"] else None)
     gpus = case["gpus"]
-    found = find_victims(state, pool, gpus, may_preempt, cost, **kw)
+    found = find_victims(state, pool, gpus, may_preempt, cost, prune=True, **kw)
 
     # the reference: each open node searched on its own (no best to compare with), ranked
     best = None

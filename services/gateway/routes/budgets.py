@@ -53,7 +53,9 @@ def router(gw, calls: Calls) -> APIRouter:
     async def change_allocations(req: BudgetChangeRequest, who: Auth, idempotency_key: IdemKey = None) -> dict:
         """Change shares. Managers change the children of nodes they manage; admins anything.
         A new node's name is lower case letters, digits, '.', '_' or '-'; a leaf holding work
-        cannot become a parent (its work would leave the queue); shares are finite, 0..MAX_SHARE."""
+        cannot become a parent (its work would leave the queue); shares are finite, 0..MAX_SHARE.
+        A change placement refuses (another change came first: read the tree and send it again)
+        is a 409 with placement's reason."""
         limits.check_text("reason", req.reason)
         for path, share in req.shares.items():
             limits.check_text("shares (a path)", path, MAX_PATH_CHARS)
