@@ -216,6 +216,9 @@ class SchedulerState:
             leaf_of = {w.id: w.leaf for w in self.running.values() if not w.allocated}
             for p in self.cluster.pools.values():
                 p.regroup(leaf_of)
+        for w in self.workloads.values():
+            if not hasattr(w, "notice_s"):  # a snapshot from before a workload kept its notice
+                w.notice_s, w.keeps_by_notice = w.spec.notice_s, w.spec.resumable or w.spec.suspends
         if "pass_now_s" not in d:
             self.pass_now_s = None
         if "notices" not in d:

@@ -217,14 +217,19 @@ async def test_tree_changes_that_would_hide_work_or_break_fractions_are_refused(
     reasons = await wait_for(refused, what="the stale change refused")
     assert reasons == [f"budget change: beta: its share is {beta + 1:g}, not {beta:g} as the change was made from "
                        "(another change came first; read the tree again and send the change again)"], reasons
-    ids = {e.event_id for e in await log_events(stack["gateway"].bus, cluster)}
-    assert "first" in ids and "stale" not in ids
+    await _only_the_first_stands(stack, "first", "stale", beta + 1)
+
+
+async def _only_the_first_stands(stack, first: str, refused: str, beta: float) -> None:
+    """The change ``first`` is in the log and ``refused`` is not; the gateway shows beta's share."""
+    ids = {e.event_id for e in await log_events(stack["gateway"].bus, stack.settings.cluster)}
+    assert first in ids and refused not in ids
     async with client(stack, "tok-admin") as admin:
 
-        async def first_in_force():
-            return (await admin.get("/v1/allocations")).json()["nodes"]["beta"]["share"] == beta + 1
+        async def in_force():
+            return (await admin.get("/v1/allocations")).json()["nodes"]["beta"]["share"] == beta
 
-        await wait_for(first_in_force, what="the first change in the gateway")
+        await wait_for(in_force, what="the first change in the gateway")
 
 
 async def _reasons(bus, consumer: str):
@@ -831,11 +836,4 @@ async def test_a_change_placement_refuses_is_a_409_with_its_reason_at_once(stack
     assert answer["error"] == (f"placement refused the change: budget change: beta: its share is {beta + 1:g}, not "
                                f"{beta:g} as the change was made from (another change came first; read the tree "
                                "again and send the change again); nothing changed"), answer
-    ids = {e.event_id for e in await log_events(stack["gateway"].bus, cluster)}
-    assert "around" in ids and "budget.late-1" not in ids
-    async with client(stack, "tok-admin") as admin:
-
-        async def first_stands():
-            return (await admin.get("/v1/allocations")).json()["nodes"]["beta"]["share"] == beta + 1
-
-        await wait_for(first_stands, what="the first change in the gateway")
+    await _only_the_first_stands(stack, "around", "budget.late-1", beta + 1)
