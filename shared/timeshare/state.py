@@ -70,6 +70,12 @@ class Plan:
         self.holds: dict[int, int] = {}
 
 
+def notice_terms(spec: WorkloadSpec) -> tuple[int, bool]:
+    """The notice a workload asks for (0: none), and whether a notice keeps something by it
+    (resumable work its progress, a session its suspended state)."""
+    return spec.notice_s, spec.resumable or spec.suspends
+
+
 class Workload:
     """A workload's contract and where it stands now."""
 
@@ -111,8 +117,7 @@ class Workload:
         #: the notice it asks for (0: none), and whether a notice keeps something (its progress,
         #: or a session's suspended state): every victim costed reads both, and on the spec
         #: (a msgspec struct, not compiled) each is a Python property call
-        self.notice_s: int = spec.notice_s
-        self.keeps_by_notice: bool = spec.resumable or spec.suspends
+        self.notice_s, self.keeps_by_notice = notice_terms(spec)
         #: when it ended for good (completed, failed, cancelled, preempted and not requeued);
         #: None while it may still run (see SchedulerState.forget_ended)
         self.ended_s: Seconds | None = None
@@ -218,7 +223,7 @@ class SchedulerState:
                 p.regroup(leaf_of)
         for w in self.workloads.values():
             if not hasattr(w, "notice_s"):  # a snapshot from before a workload kept its notice
-                w.notice_s, w.keeps_by_notice = w.spec.notice_s, w.spec.resumable or w.spec.suspends
+                w.notice_s, w.keeps_by_notice = notice_terms(w.spec)
         if "pass_now_s" not in d:
             self.pass_now_s = None
         if "notices" not in d:
@@ -396,7 +401,7 @@ class SchedulerState:
     @staticmethod
     def demand_gbps(w: Workload) -> float:
         """The checkpoint bandwidth ``w`` needs to write its checkpoint within its notice (GB/s)."""
-        notice_s = w.spec.notice_s
+        notice_s = w.notice_s
         return w.spec.checkpoint_size_gb / notice_s if notice_s > 0 else 0.0
 
     def writing_gbps(self) -> float:
@@ -434,7 +439,7 @@ class SchedulerState:
         """The notice that starts preempting ``w``; ``nodes``: where its preemptor will start."""
         return ev.WorkloadPreemptionNotice(
             event_id=self.next_event_id(), at_ms=self.ms(now_s), cluster=self.name, workload_id=w.id, reason=reason,
-            deadline_ms=self.ms(now_s + w.spec.notice_s), attempt=w.attempt,
+            deadline_ms=self.ms(now_s + w.notice_s), attempt=w.attempt,
             preemptor_nodes=[n.name for n in nodes] if nodes else UNSET)
 
     def checkpointed(self, workload_id: str, now_s: Seconds) -> ev.WorkloadCheckpointed:
