@@ -88,11 +88,6 @@ class HourlyUsage:
         #: [from, to) hours skipped by a leap of event time (no rows)
         self.gaps: list[tuple[int, int]] = []
 
-    def set_tree(self, tree: AllocationTree) -> None:
-        """A budget change: funded from now on as the new tree says (the hours before keep theirs)."""
-        self.mc.tree = tree
-        self.mc._budgeted = {path: node.fraction > 0 for path, node in tree.nodes.items()}
-
     def _rates(self) -> list[_Rates]:
         mc = self.mc
         return [mc.delivered, mc.demand, mc.delivered_funded, mc.demand_funded, mc.in_service,
@@ -142,6 +137,10 @@ class HourlyUsage:
                         self.unallocated.change(pool, t, -gpus)
                 if isinstance(e, ev.WorkloadPreempted):
                     self.preemptions[h][e.reason.kind] += 1
+            case ev.BudgetChanged():
+                # funded from now on as the new tree says (the hours before keep theirs); after
+                # the hours before it are complete, so that the change falls in its own hour
+                mc.set_tree(ev.tree_after(e, mc.tree), t)
         before = [getattr(mc, attr) for _, attr in WASTE]
         mc.observe(e)
         for (name, attr), sum_before in zip(WASTE, before):  # one definition of waste: the collector's
@@ -156,7 +155,7 @@ class HourlyUsage:
         as the work in the system, not as its history. (The simulator's collector keeps them
         for its end-of-run tables.)"""
         mc = self.mc
-        for per_workload in (mc.specs, mc.submit_s, mc.resubmit_of, mc.first_wait, mc.requeued_at):
+        for per_workload in (mc.specs, mc.submit_s, mc.resubmit_of, mc.first_wait, mc.requeued_at, mc.funded):
             per_workload.pop(workload_id, None)
         # requeue waits are the simulator's table; the rows keep their own (waits_s)
         mc.requeue_waits.clear()

@@ -146,8 +146,7 @@ class Ledger:
                     leaf, gpu_type, allocated, gpus = r
                     self.usage.add_running(leaf, gpu_type, allocated, -gpus, now_s)
             case ev.BudgetChanged():
-                self.tree = ev.tree_after(e, self.tree)
-                self.hourly.set_tree(self.tree)
+                self.tree = ev.tree_after(e, self.tree)  # (the hourly rows follow it in observe)
         try:
             self.hourly.observe(e)
         except Exception:  # the rows must never stop the projection (this runs after the commit)

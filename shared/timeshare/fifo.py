@@ -4,8 +4,10 @@ work to end)."""
 
 from __future__ import annotations
 
+import heapq
+
 from . import events as ev
-from .state import SchedulerState, Workload
+from .state import PENDING, SchedulerState, Workload
 from .units import Seconds
 
 
@@ -13,26 +15,33 @@ class FifoPolicy:
     name = "fifo"
 
     def prepare(self, state: SchedulerState) -> dict[str, list[tuple[Seconds, str]]]:
-        """Have the state keep pending work in submit order (from now on); returns that order."""
+        """Have the state keep pending work in submit order (from now on, heaps: see
+        SchedulerState.submit_order); returns that order."""
         if state.submit_order is None:
             state.submit_order = {}
             for w in state.pending():
                 state.submit_order.setdefault(w.gpu_type, []).append((w.submit_s, w.id))
             for order in state.submit_order.values():
-                order.sort()
+                order.sort()  # (a sorted list is a heap)
         return state.submit_order
 
     def schedule(self, state: SchedulerState, now_s: Seconds) -> list[ev.Event]:
         submit_order = self.prepare(state)
         out = state.expire_protection(now_s)
         out += state.drain_events(now_s, lambda w, t: False)  # no preemption: drains wait
+        workloads = state.workloads
         for gpu_type, pool in state.cluster.pools.items():
             order = submit_order.get(gpu_type)
             while order:
-                w = state.workloads[order[0][1]]
+                submit_s, wid = order[0]
+                w = workloads.get(wid)
+                if w is None or w.state != PENDING or w.submit_s != submit_s:
+                    heapq.heappop(order)  # ended while waiting (or forgotten): its entry goes now
+                    continue
                 nodes = pool.find_free(w.gpus)
                 if nodes is None:
                     break  # head-of-line blocking
+                heapq.heappop(order)  # the head starts (a requeue pushes it again)
                 e = state.started(w, nodes, now_s)
                 state.apply(e)
                 out.append(e)

@@ -83,7 +83,10 @@ def find_victims(
     gpn = pool.gpus_per_node
     if gpus > gpn:
         return _find_gang(state, pool, gpus, may_preempt, cost, exclude, caps, capped, side_caps)
-    workloads = state.workloads
+    # every holder of a GPU is running: the running work (thousands at 16,384 GPUs) is a table
+    # that stays in the cache, every workload ever seen (hundreds of thousands) is not, and a
+    # search reads hundreds of holders
+    workloads = state.running
     # (no memo of may_preempt or cost by workload: a victim of a single-node search sits on one
     # node but for a gang, and a dict of each search's hundreds of victims cost more than asking
     # again for the few gangs; both are pure within a search)
@@ -253,7 +256,7 @@ def _find_gang(state: SchedulerState, pool: Pool, gpus: int, may_preempt: Callab
                ) -> tuple[list[Node], list[Workload]] | None:
     """:func:`find_victims` for a whole-node gang (apart: most searches are for one node, and
     they need none of this, not even the closure below)."""
-    workloads = state.workloads
+    workloads = state.running  # (every holder is running: see find_victims)
     gpn = pool.gpus_per_node
     verdict: dict[str, tuple | None] = {}  # workload id -> cost, or None if not preemptible
 

@@ -117,7 +117,7 @@ def _takeable_times(state: SchedulerState, pool: Pool, leaf: str, allowed: tuple
     key = (pool.gpu_type, leaf)
     cached = state.caches.reserve_times.get(key) if use_cache else None
     limits = dict(allowed)
-    workloads = state.workloads
+    workloads = state.running  # (every holder is running: a small table, see placement.find_victims)
     if cached is not None and cached[1] == allowed:
         # updated in place: the cached dict is this function's own (callers only read it)
         times = cached[2]

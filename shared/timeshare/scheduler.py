@@ -854,7 +854,7 @@ def _preemption_plan(state: SchedulerState, pool: Pool, view: FairShareView, w: 
         # nodes changed; search only when enough of them exist
         gang_memo = state.caches.gang_nodes.get((gpu_type, leaf, memo_space))
         since = (gang_memo[0], gang_memo[2]) if gang_memo is not None and gang_memo[1] == eligible_key else None
-        takeable = takeable_nodes(pool, since, rules.may_preempt, state.workloads, exclude)
+        takeable = takeable_nodes(pool, since, rules.may_preempt, state.running, exclude)  # (holders are running)
         state.caches.gang_nodes[(gpu_type, leaf, memo_space)] = (pool.change_seq, eligible_key, takeable)
         if len(takeable) * gpn < gpus:
             return None

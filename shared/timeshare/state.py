@@ -9,7 +9,6 @@ both hold the same state for the same history.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
 from typing import Callable, Final
 
 from msgspec import UNSET
@@ -161,7 +160,9 @@ class SchedulerState:
         self.unprotected_gpus: dict[str, dict[str, int]] = {t: {} for t in cluster.pools}
         self.nonpreemptible_gpus: dict[str, dict[str, int]] = {t: {} for t in cluster.pools}
         self.pending_by_pool: dict[str, int] = {t: 0 for t in cluster.pools}
-        #: (submit_s, id) of pending work per pool, kept only when a policy needs it (fifo)
+        #: (submit_s, id) of pending work per pool, a heap, kept only when a policy needs it
+        #: (fifo.py): an entry goes when it reaches the top and its workload is no longer
+        #: pending (taking it out of a sorted list at once moved the whole backlog each start)
         self.submit_order: dict[str, list[tuple[Seconds, str]]] | None = None
         #: the old scheduler's global order (baseline.py): each pool's pending work in one
         #: queue, kept only once that policy asks for it (its walk then merges one queue, not
@@ -751,7 +752,7 @@ class SchedulerState:
         self.pending_count += 1
         self.pending_by_pool[w.gpu_type] += 1
         if self.submit_order is not None:
-            insort(self.submit_order.setdefault(w.gpu_type, []), (w.submit_s, w.id))
+            heapq.heappush(self.submit_order.setdefault(w.gpu_type, []), (w.submit_s, w.id))
         if self.pool_queues is not None:
             pool_queue = self.pool_queues.get(w.gpu_type)
             if pool_queue is None:
@@ -762,9 +763,6 @@ class SchedulerState:
         self.queue(w.gpu_type, w.leaf, w.queue_class).remove(w.gpus, w.key, w.min_runtime_s)
         self.pending_count -= 1
         self.pending_by_pool[w.gpu_type] -= 1
-        if self.submit_order is not None:
-            order = self.submit_order[w.gpu_type]
-            del order[bisect_left(order, (w.submit_s, w.id))]
         if self.pool_queues is not None:
             self.pool_queues[w.gpu_type].remove(w.gpus, w.key)
 
