@@ -139,8 +139,9 @@ class HourlyUsage:
                     self.preemptions[h][e.reason.kind] += 1
             case ev.BudgetChanged():
                 # funded from now on as the new tree says (the hours before keep theirs); after
-                # the hours before it are complete, so that the change falls in its own hour
-                mc.set_tree(ev.tree_after(e, mc.tree), t)
+                # the hours before it are complete, so that the change falls in its own hour. The
+                # collector holds only live work here (_forget), so its specs are the live ones
+                mc.set_tree(ev.tree_after(e, mc.tree), t, list(mc.specs))
         before = [getattr(mc, attr) for _, attr in WASTE]
         mc.observe(e)
         for (name, attr), sum_before in zip(WASTE, before):  # one definition of waste: the collector's
@@ -155,7 +156,7 @@ class HourlyUsage:
         as the work in the system, not as its history. (The simulator's collector keeps them
         for its end-of-run tables.)"""
         mc = self.mc
-        for per_workload in (mc.specs, mc.submit_s, mc.resubmit_of, mc.first_wait, mc.requeued_at, mc.funded):
+        for per_workload in (mc.specs, mc.submit_s, mc.resubmit_of, mc.first_wait, mc.requeued_at):
             per_workload.pop(workload_id, None)
         # requeue waits are the simulator's table; the rows keep their own (waits_s)
         mc.requeue_waits.clear()

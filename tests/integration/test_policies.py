@@ -106,3 +106,30 @@ async def test_manager_changes_own_subtree_but_outside_is_refused_with_403(stack
         assert r.status_code == 400
     events = await log_events(stack["gateway"].bus, stack.settings.cluster)
     assert len(of_type(events, ev.BudgetChanged)) == 2
+
+
+async def test_a_team_added_by_a_budget_change_is_owed_its_funded_work_in_the_report(stack):
+    # what a manager and the new team see: the team a budget change added is owed the funded work
+    # it asks for, and gets it, in the ledger's report (before, the ledger's hourly rows kept the
+    # first tree's fractions: the team's first submission raised KeyError there, was skipped, and
+    # the report showed it owed nothing)
+    async with client(stack, "tok-alice") as alice:
+        r = await alice.put("/v1/allocations", json={"shares": {"alpha/eval": 1}, "reason": "new team"})
+        assert r.status_code == 200, r.text
+        r = await alice.post("/v1/workloads", json={"project": "alpha/eval", "gpu_type": "H100", "gpus": 4,
+                                                     "work_s": 3, "min_runtime_s": 1, "id": "eval-1"})
+        assert r.status_code == 202, r.text
+
+        async def completed():
+            return (await alice.get("/v1/workloads/eval-1")).json().get("state") == "completed"
+
+        await wait_for(completed, 30, what="eval-1 completed")
+
+        async def owed_and_delivered():
+            r = await alice.get("/v1/report")
+            team = r.json()["teams"].get("alpha/eval") if r.status_code == 200 else None
+            return team if team and team["owed_gpu_hours"] > 0 and team["delivered_gpu_hours"] > 0 else None
+
+        team = await wait_for(owed_and_delivered, 15, what="alpha/eval owed and delivered in the report")
+        # owed from its submission, delivered from its start: the wait in between is what it lacks
+        assert 0 < team["attainment"] <= 1.0

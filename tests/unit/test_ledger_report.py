@@ -100,4 +100,4 @@ def test_a_budget_change_moves_waiting_and_running_work_between_the_funded_count
     # every count is back to zero once the work ended: nothing is taken away twice or never
     assert all(r == 0 for r in mc.demand_funded.rate.values())
     assert all(r == 0 for r in mc.delivered_funded.rate.values())
-    assert not mc.funded
+    assert not mc.specs  # (the ledger forgets ended work)

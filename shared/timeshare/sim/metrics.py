@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from msgspec import UNSET
 
@@ -144,10 +144,6 @@ class MetricsCollector:
         self.node_gpus: dict[str, int] = {}
         #: whether each tree node has a budget (fraction > 0), read per event by _funded
         self._fraction = {path: node.fraction for path, node in tree.nodes.items()}
-        #: per workload submitted and not ended: whether its demand (and its delivery while it
-        #: runs) counts as funded. What was added is what is taken away at its end, whatever
-        #: the tree says by then; a budget change moves it from that moment (set_tree)
-        self.funded: dict[str, bool] = {}
         self._handlers: dict[type, Callable[[Any, float], None]] = {
             ev.WorkloadSubmitted: self._submitted, ev.WorkloadStarted: self._started,
             ev.WorkloadPreempted: self._preempted, ev.WorkloadRequeued: self._requeued,
@@ -171,14 +167,14 @@ class MetricsCollector:
         if not allocated:
             self.unallocated_gpu_s += ran
         self.delivered.change((leaf, pool), t, -gpus)
-        if self.funded.get(wid, False):
+        if self._funded(self.specs[wid]):
             self.delivered_funded.change((leaf, pool), t, -gpus)
         return t - start
 
     def _end(self, wid: str, t: float) -> None:
         spec = self.specs[wid]
         self.demand.change((spec.project, spec.gpu_type), t, -spec.gpus)
-        if self.funded.pop(wid, False):
+        if self._funded(spec):
             self.demand_funded.change((spec.project, spec.gpu_type), t, -spec.gpus)
 
     def _funded(self, spec: WorkloadSpec) -> bool:
@@ -186,19 +182,20 @@ class MetricsCollector:
         fraction = self._fraction.get(spec.project)
         return fraction is not None and runs_allocated(spec.min_runtime_s, fraction)
 
-    def set_tree(self, tree: AllocationTree, t: float) -> None:
-        """A budget change at ``t``: funded from then on as ``tree`` says. Work waiting or running
-        whose project gains or loses its budget moves between the funded counts at ``t``; the
+    def set_tree(self, tree: AllocationTree, t: float, live: Iterable[str]) -> None:
+        """A budget change at ``t``: funded from then on as ``tree`` says. ``live``: the workloads
+        submitted and not ended (what the funded counts hold now). Those whose project gains or
+        loses its budget move between the funded counts at ``t``, so that each one's end takes
+        away what the counts hold (funded is asked of the tree at the end as at the start); the
         time before keeps what it was (a team added to the tree is owed from its first minute)."""
+        was_funded = [(wid, self._funded(self.specs[wid])) for wid in live]
         self.tree = tree
         self._fraction = {path: node.fraction for path, node in tree.nodes.items()}
-        funded = self.funded
-        for wid, was in funded.items():
+        for wid, was in was_funded:
             spec = self.specs[wid]
             now = self._funded(spec)
             if now == was:
                 continue
-            funded[wid] = now
             sign = 1 if now else -1
             self.demand_funded.change((spec.project, spec.gpu_type), t, sign * spec.gpus)
             run = self.running.get(wid)
@@ -218,8 +215,7 @@ class MetricsCollector:
         self.submit_s[spec.id] = t
         self.resubmit_of[spec.id] = e.resubmit_of
         self.demand.change((spec.project, spec.gpu_type), t, spec.gpus)
-        funded = self.funded[spec.id] = self._funded(spec)
-        if funded:
+        if self._funded(spec):
             self.demand_funded.change((spec.project, spec.gpu_type), t, spec.gpus)
 
     def _started(self, e: ev.WorkloadStarted, t: float) -> None:
@@ -237,7 +233,7 @@ class MetricsCollector:
             self.first_wait[wid] = wait
         self.running[wid] = (t, e.gpus, e.allocated, e.project, e.gpu_type, spec.kind)
         self.delivered.change((e.project, e.gpu_type), t, e.gpus)
-        if self.funded.get(wid, False):
+        if self._funded(spec):
             self.delivered_funded.change((e.project, e.gpu_type), t, e.gpus)
 
     def _preempted(self, e: ev.WorkloadPreempted, t: float) -> None:
