@@ -104,7 +104,6 @@ class _Rates:
 
 class MetricsCollector:
     def __init__(self, tree: AllocationTree, pool_gpus: dict[str, int], max_min_runtime_s: int):
-        self.tree = tree
         self.pool_gpus = pool_gpus
         self.max_min_runtime_s = max_min_runtime_s
         self.specs: dict[str, WorkloadSpec] = {}
@@ -142,8 +141,7 @@ class MetricsCollector:
         self.node_pool: dict[str, str] = {}
         self.out_of_service: set[str] = set()
         self.node_gpus: dict[str, int] = {}
-        #: whether each tree node has a budget (fraction > 0), read per event by _funded
-        self._fraction = {path: node.fraction for path, node in tree.nodes.items()}
+        self._take_tree(tree)
         self._handlers: dict[type, Callable[[Any, float], None]] = {
             ev.WorkloadSubmitted: self._submitted, ev.WorkloadStarted: self._started,
             ev.WorkloadPreempted: self._preempted, ev.WorkloadRequeued: self._requeued,
@@ -177,6 +175,11 @@ class MetricsCollector:
         if self._funded(spec):
             self.demand_funded.change((spec.project, spec.gpu_type), t, -spec.gpus)
 
+    def _take_tree(self, tree: AllocationTree) -> None:
+        self.tree = tree
+        #: each tree node's fraction, read per event by _funded (a budget if > 0)
+        self._fraction = {path: node.fraction for path, node in tree.nodes.items()}
+
     def _funded(self, spec: WorkloadSpec) -> bool:
         # a project the tree no longer (or never) names has no budget: its work is unallocated
         fraction = self._fraction.get(spec.project)
@@ -189,8 +192,7 @@ class MetricsCollector:
         away what the counts hold (funded is asked of the tree at the end as at the start); the
         time before keeps what it was (a team added to the tree is owed from its first minute)."""
         was_funded = [(wid, self._funded(self.specs[wid])) for wid in live]
-        self.tree = tree
-        self._fraction = {path: node.fraction for path, node in tree.nodes.items()}
+        self._take_tree(tree)
         for wid, was in was_funded:
             spec = self.specs[wid]
             now = self._funded(spec)
