@@ -20,7 +20,6 @@ import math
 from typing import Callable, NamedTuple
 
 from .cluster import NODE_HEALTHY, Pool
-from .queue import LeafQueue
 from .fairshare import FairShareView
 from .rules import free_at_s
 from .state import SchedulerState, Workload
@@ -54,11 +53,9 @@ def keeps_leaf_off(reservation: Reservation, leaf: str, view: FairShareView) -> 
 
 
 def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now_s: Seconds,
-                     victims_for: Callable[[str, int], dict],
-                     queues: dict[tuple[str, str, str], LeafQueue] | None = None,
-                     cached: bool = True) -> Reservation | None:
+                     victims_for: Callable[[str, int], dict], cached: bool = True) -> Reservation | None:
     gpn = pool.gpus_per_node
-    heads = _pending_gangs(state, pool, state.queues if queues is None else queues)
+    heads = _pending_gangs(state, pool)
     if not heads:
         return None  # most passes: no funded gang waits, so no fair-share order is needed
     index = state.tree.index
@@ -86,15 +83,18 @@ def plan_reservation(state: SchedulerState, pool: Pool, view: FairShareView, now
     return None
 
 
-def _pending_gangs(state: SchedulerState, pool: Pool,
-                   queues: dict[tuple[str, str, str], LeafQueue]) -> dict[str, list[tuple[tuple, int]]]:
+def _pending_gangs(state: SchedulerState, pool: Pool) -> dict[str, list[tuple[tuple, int]]]:
     """Per leaf with a due share and allocated whole-node gangs pending: the head of each gang
     size, as (queue key, GPUs), in the leaf's own order."""
     gpn = pool.gpus_per_node
     nodes = state.tree.nodes
     heads = {}
+    queues = state.leaf_queues.get(pool.gpu_type, {})
     for leaf in state.tree.leaves:
-        q = queues.get((pool.gpu_type, leaf, "a"))
+        pair = queues.get(leaf)
+        if pair is None:
+            continue
+        q = pair[1]
         if q is None or not q.count or nodes[leaf].fraction <= 0:
             continue
         # a size's head is its first gang; a later gang of the same size fits no better

@@ -132,6 +132,10 @@ class _Failed:
         self.size: int = _NO_FAILURE
 
 
+#: a placeholder in phase 4's cells of a leaf for a queue class it has no requests of (never written)
+_NOT_FAILED: Final = _Failed()
+
+
 class _KeptOutFailed:
     """Phase 4: the last allocated request of a leaf kept off the reserved nodes that could
     neither start nor preempt, and the pool's change stamp then (as _LeafTurn.kept_out_fail in
@@ -160,11 +164,12 @@ class _Reach:
 class _LeafTurn:
     """A leaf's progress through its queue during one pass."""
 
-    __slots__ = ("leaf", "walker", "preempt_fail", "kept_out_fail", "kept_out_seq", "limits_seq", "room", "fit",
-                 "reach_cap", "free_room")
+    __slots__ = ("leaf", "queue", "walker", "preempt_fail", "kept_out_fail", "kept_out_seq", "limits_seq", "room",
+                 "fit", "reach_cap", "free_room")
 
-    def __init__(self, leaf: str):
+    def __init__(self, leaf: str, queue: LeafQueue):
         self.leaf = leaf
+        self.queue = queue  # its allocated requests
         self.walker: Iterator[tuple[Key, int]] | None = None
         self.preempt_fail: int = _NO_FAILURE  # smallest request of this leaf that found no victims
         #: the last request kept off the reserved nodes that could neither start nor preempt,
@@ -244,12 +249,13 @@ class _Pass:
                  "grew_beyond")
 
     def __init__(self, state: SchedulerState, pool: Pool, now_s: Seconds, cached: bool,
-                 queues: dict[tuple[str, str, str], LeafQueue], explain_rejected: bool = False):
+                 queues: dict[str, list[LeafQueue | None]], explain_rejected: bool = False):
         self.state = state
         self.pool = pool
         self.now_s = now_s
         self.now_ms = state.ms(now_s)
         self.cached = cached
+        #: the pool's queues the pass looks at, by leaf: [unallocated, allocated] (None: none)
         self.queues = queues
         #: whether rule "no cascade" held a preemption back in this pass
         self.held_back = False
@@ -294,8 +300,9 @@ class _Pass:
         return reservation.nodes
 
     def activate(self, leaf: str, delta: int) -> None:
+        active = self.active
         for i in self.state.tree.path_index[leaf]:
-            self.active[i] += delta
+            active[i] = active[i] + delta
 
     def rejected(self, w: Workload, victims: list[Workload], nodes: list[Node],
                  victims_of: dict[str, VictimLimit], exclude: frozenset[int],
@@ -341,12 +348,15 @@ def _schedule_pool(state: SchedulerState, pool: Pool, now_s: Seconds, cached: bo
 
 
 def _requests(state: SchedulerState, pool: Pool,
-              now_s: Seconds) -> tuple[dict[tuple[str, str, str], LeafQueue], bool] | None:
-    """The queues a pass looks at, and whether any asks for allocated time (None: nothing to
+              now_s: Seconds) -> tuple[dict[str, list[LeafQueue | None]], bool] | None:
+    """The queues a pass looks at, by leaf ([unallocated, allocated], as
+    SchedulerState.leaf_queues), and whether any asks for allocated time (None: nothing to
     look at)."""
     gpu_type = pool.gpu_type
     workloads = state.workloads
-    queues = state.queues
+    queues = state.leaf_queues.get(gpu_type)
+    if queues is None:
+        queues = state.leaf_queues[gpu_type] = {}
     fresh = state.fresh_pending[gpu_type]
     # whether any request of this pass asks for allocated time: only those consult the
     # reservation (phase 3, and excluded_for in phase 4)
@@ -364,25 +374,30 @@ def _requests(state: SchedulerState, pool: Pool,
         # pass that preempts changes nodes, so the pass that follows it at once is a full one.
         last_s = state.full_pass_s.get(gpu_type)
         stale = last_s is None or now_s - last_s >= FULL_PASS_EVERY_S
-        selected: dict[tuple[str, str, str], LeafQueue] = {}
+        selected: dict[str, list[LeafQueue | None]] = {}
         any_allocated = False
         if stale:
             state.full_pass_s[gpu_type] = now_s
-            for key in sorted(queues):
-                whole = queues[key]
-                if key[0] == gpu_type and key[2] == "a" and whole.count:
-                    selected[key] = whole
+            for leaf, pair in queues.items():
+                whole = pair[1]
+                if whole is not None and whole.count:
+                    selected[leaf] = [None, whole]
                     any_allocated = True
         for wid in fresh:
             w = workloads[wid]
             if w.state == PENDING:
+                slot = 0
                 if w.queue_class == "a":
                     if stale:
                         continue  # its leaf's whole queue is looked at already
                     any_allocated = True
-                q = selected.get((gpu_type, w.leaf, w.queue_class))
+                    slot = 1
+                picked = selected.get(w.leaf)
+                if picked is None:
+                    picked = selected[w.leaf] = [None, None]
+                q = picked[slot]
                 if q is None:
-                    q = selected[(gpu_type, w.leaf, w.queue_class)] = LeafQueue()
+                    q = picked[slot] = LeafQueue()
                 q.add(w.gpus, w.key, w.min_runtime_s)
         fresh.clear()
         if not selected:
@@ -415,7 +430,10 @@ def _phase3_within_due_shares(p: _Pass) -> None:
     now_s = p.now_s
     leaf: str | None  # the leaf the loop serves (None: pick the next)
     for leaf in tree.leaves:
-        q = queues.get((gpu_type, leaf, "a"))
+        pair = queues.get(leaf)
+        if pair is None:
+            continue
+        q = pair[1]
         if q is None or not q.count or tree.nodes[leaf].fraction <= 0:
             continue
         min_gpus = q.min_gpus()
@@ -428,7 +446,7 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             if memo is not None and memo.seq == pool.change_seq and min_gpus >= memo.size and memo.free_limit < 0 \
                     and memo.key == (tuple(p.victims_for(leaf, min_gpus).items()), None, None, state.storage_key()):
                 continue  # its smallest request failed already and nothing changed since
-        turns[leaf] = _LeafTurn(leaf)
+        turns[leaf] = _LeafTurn(leaf, q)
         p.activate(leaf, 1)
 
     # a request that can neither start nor preempt changes no fill and no active leaf, so the
@@ -442,7 +460,7 @@ def _phase3_within_due_shares(p: _Pass) -> None:
             leaf = node_paths[picked]
         turn = turns[leaf]
         if turn.walker is None:
-            q = queues[(gpu_type, leaf, "a")]
+            q = turn.queue
 
             def limit(turn: _LeafTurn = turn, leaf: str = leaf, q: LeafQueue = q) -> float:
                 bound = _phase3_limit(state, pool, view, tree, fair, hysteresis, unprotected, turn, leaf, q, cached)
@@ -537,23 +555,29 @@ def _phase4_everything_else(p: _Pass) -> None:
     #: per leaf: its queues and their limits, and the walk over them once it yielded (below)
     walks: dict[str, tuple[list[LeafQueue], list[Limit]]] = {}
     walkers: dict[str, Iterator[tuple[Key, int]]] = {}
-    failed: dict[tuple[str, str], _Failed] = {}  # per leaf and queue class
+    #: per leaf, by queue class (unallocated, allocated: as the queues)
+    failed: dict[str, list[_Failed]] = {}
     #: per leaf: its last allocated request kept off the reserved nodes that failed (only
     #: allocated requests are kept off, all of queue class "a")
     kept_out: dict[str, _KeptOutFailed] = {}
     unallocated_gpus = state.unallocated_gpus
     headroom = p.headroom_gpus
     for leaf in tree.leaves:
+        pair = queues.get(leaf)
+        if pair is None:
+            continue
         qs: list[LeafQueue] = []
         limits: list[Limit] = []
-        kept_cell = kept_out[leaf] = _KeptOutFailed()
-        for cls in ("u", "a"):
-            q = queues.get((gpu_type, leaf, cls))
+        kept_cell = _KeptOutFailed()
+        cells = [_NOT_FAILED, _NOT_FAILED]
+        for slot in (0, 1):
+            q = pair[slot]
             if q is None or not q.count:
                 continue
+            cls = "u" if slot == 0 else "a"
             # unallocated and allocated requests may preempt different victims, so each
             # class keeps its own smallest failed size
-            cell = failed[(leaf, cls)] = _Failed()
+            cell = cells[slot] = _Failed()
 
             def limit4(cell: _Failed = cell, kept: int = headroom if cls == "u" else 0, q: LeafQueue = q,
                        leaf: str = leaf, kept_out_cell: _KeptOutFailed | None = kept_cell if cls == "a" else None,
@@ -597,6 +621,8 @@ def _phase4_everything_else(p: _Pass) -> None:
             limits.append(limit4)
         if not qs:
             continue
+        kept_out[leaf] = kept_cell
+        failed[leaf] = cells
         walks[leaf] = (qs, limits)
         p.activate(leaf, 1)
     leaf = None  # picked anew only after a start or when a leaf runs out, as in phase 3
@@ -643,10 +669,10 @@ def _phase4_everything_else(p: _Pass) -> None:
             p.grew_beyond = p.grew_beyond or allocated
             leaf = None
             continue
-        failed_key = (leaf, w.queue_class)
+        failed_cell = failed[leaf][0 if w.queue_class == "u" else 1]
         if cached and not state.unallocated_gpus[gpu_type]:
             if not exclude:  # (kept off the reserved nodes, a larger request may still fit: as below)
-                failed[failed_key].size = gpus
+                failed_cell.size = gpus
             else:
                 kept.size, kept.seq = gpus, pool.change_seq
             continue
@@ -669,7 +695,7 @@ def _phase4_everything_else(p: _Pass) -> None:
             # being kept off the reserved nodes: that depends on its own minimum runtime
             # (reservation.keeps_off), and a larger request with a shorter one may use them
             if not exclude:
-                failed[failed_key].size = gpus
+                failed_cell.size = gpus
             continue
         nodes, victims, _ = plan
         if not state.storage_admits(victims):

@@ -35,6 +35,9 @@ CANCELLED: Final = "cancelled"
 #: its own); it starts when the last of them is preempted (SchedulerState.notice_events)
 AWAITING: Final = "awaiting"
 ENDED = (COMPLETED, PREEMPTED, FAILED, CANCELLED)
+#: where a leaf's queue of each class sits in SchedulerState.leaf_queues: unallocated ("u")
+#: work first, as a pass walks them
+_CLASS_SLOT: Final = {"u": 0, "a": 1}
 
 
 class Notice:
@@ -154,6 +157,9 @@ class SchedulerState:
         self.workloads: dict[str, Workload] = {}
         self.running: dict[str, Workload] = {}
         self.queues: dict[tuple[str, str, str], LeafQueue] = {}
+        #: the same queues by pool and leaf, [unallocated, allocated] (None: none yet): a pass
+        #: reads each leaf's queues from here, without building and hashing a key per leaf
+        self.leaf_queues: dict[str, dict[str, list[LeafQueue | None]]] = {t: {} for t in cluster.pools}
         self.pending_count = 0
         # running GPUs by pool: unallocated, and allocated-but-unprotected per leaf
         self.unallocated_gpus: dict[str, int] = {t: 0 for t in cluster.pools}
@@ -211,6 +217,10 @@ class SchedulerState:
         self.__dict__.update(d)
         if "pool_queues" not in d:
             self.pool_queues = None
+        if "leaf_queues" not in d:
+            self.leaf_queues = {t: {} for t in self.cluster.pools}
+            for (t, leaf, cls), q in self.queues.items():
+                self.leaf_queues.setdefault(t, {}).setdefault(leaf, [None, None])[_CLASS_SLOT[cls]] = q
         if not hasattr(self.caches, "priority_gang_nodes") \
                 or any(not hasattr(m, "free_limit") for m in self.caches.failed.values()):
             # taken before the old scheduler's memo, or before failed searches kept their free
@@ -246,6 +256,13 @@ class SchedulerState:
         q = self.queues.get((gpu_type, leaf, cls))
         if q is None:
             q = self.queues[(gpu_type, leaf, cls)] = LeafQueue()
+            by_leaf = self.leaf_queues.get(gpu_type)
+            if by_leaf is None:
+                by_leaf = self.leaf_queues[gpu_type] = {}
+            pair = by_leaf.get(leaf)
+            if pair is None:
+                pair = by_leaf[leaf] = [None, None]
+            pair[_CLASS_SLOT[cls]] = q
         return q
 
     def pending(self) -> list[Workload]:

@@ -31,3 +31,33 @@ def test_the_shortest_minimum_runtime_of_each_size_is_what_a_walk_of_the_request
                 assert q.shortest_runtime_s(gpus) == (min(runtimes) if runtimes else 0)
         assert q.count == len(queued)
         assert sorted(q.by_size) == sorted({g for g, _ in queued.values()})
+
+
+def test_a_snapshot_from_before_the_queues_by_leaf_rebuilds_them_and_decides_the_same():
+    """A pass reads each leaf's queues from SchedulerState.leaf_queues; a state pickled before
+    that index existed rebuilds it from its queues on load, and its next pass decides as the
+    state that kept it does."""
+    import pickle
+
+    from tests.builders import ScenarioBuilder, spec
+    from timeshare.state import SchedulerState
+
+    h = ScenarioBuilder().pool(nodes=2, gpus_per_node=8).teams(a=1, b=1).harness()
+    h.submit(spec("a-big", "a", gpus=8, min_runtime="1h"), spec("a-free", "a", gpus=4),
+             spec("b-big", "b", gpus=8, min_runtime="1h"), spec("b-more", "b", gpus=8, min_runtime="1h"),
+             spec("b-free", "b", gpus=2))
+    h.schedule(0)
+    assert h.state.pending_count > 0
+    d = pickle.loads(pickle.dumps(h.state)).__dict__
+    del d["leaf_queues"]
+    old = SchedulerState.__new__(SchedulerState)
+    old.__setstate__(d)
+    # the same queue objects, in the same places
+    assert {(t, leaf, cls): q for t, by_leaf in old.leaf_queues.items() for leaf, pair in by_leaf.items()
+            for cls, q in zip("ua", pair) if q is not None} == old.queues
+    kept = pickle.loads(pickle.dumps(h.state))
+    for state in (old, kept):
+        state.apply(state.completed("a-big", 3600))
+    passes = [[(type(e).__name__, getattr(e, "workload_id", None)) for e in h.policy.schedule(state, 3600)]
+              for state in (old, kept)]
+    assert passes[0] == passes[1] and passes[0]
