@@ -58,48 +58,70 @@ def _hour_bins() -> dict[int, float]:
     return defaultdict(float)
 
 
-class _Rates:
-    """Integrates piecewise-constant rates per key into hourly bins."""
+class _Rate:
+    """One key's rate: GPUs now, since when, and its hourly bins (None until it first ran)."""
 
     __slots__ = ("rate", "since", "bins")
 
     def __init__(self) -> None:
-        # keys: (leaf, GPU type), or a GPU type
-        self.rate: dict[object, int] = defaultdict(int)
-        self.since: dict[object, float] = {}
-        self.bins: dict[object, dict[int, float]] = defaultdict(_hour_bins)
+        self.rate = 0
+        self.since = 0.0
+        self.bins: dict[int, float] | None = None
+
+
+class _Rates:
+    """Integrates piecewise-constant rates per key into hourly bins."""
+
+    __slots__ = ("bins", "_of")
+
+    def __init__(self) -> None:
+        #: keys: (leaf, GPU type), or a GPU type; a key's bins appear when its rate first ran
+        self.bins: dict[object, dict[int, float]] = {}
+        # one cell per key (a change reads and writes it: one lookup of a tuple key, not five)
+        self._of: dict[object, _Rate] = {}
+
+    @property
+    def rate(self) -> dict[object, int]:
+        """GPUs now per key (a copy, for reports and tests)."""
+        return {key: cell.rate for key, cell in self._of.items()}
 
     def change(self, key: object, t: float, delta: int) -> None:
-        rate = self.rate
-        r = rate[key]
+        cell = self._of.get(key)
+        if cell is None:
+            cell = self._of[key] = _Rate()
+        r = cell.rate
         if r:
-            t0 = self.since[key]
+            t0 = cell.since
+            bins = cell.bins
+            if bins is None:
+                bins = cell.bins = self.bins[key] = _hour_bins()
             h = int(t0 // HOUR_S)
             if t <= (h + 1) * HOUR_S:
-                # within one hour (most changes): _integrate's single step, inline (reading
-                # bins[key] in any case, as _integrate does: it makes the key's bins)
-                bins = self.bins[key]
+                # within one hour (most changes): _integrate's single step, inline
                 if t0 < t:
                     bins[h] += r * (t - t0)
             else:
-                self._integrate(key, t0, t, r)
-        rate[key] = r + delta
-        self.since[key] = t
-
-    def _integrate(self, key: object, t0: float, t1: float, r: int) -> None:
-        bins = self.bins[key]
-        h = int(t0 // HOUR_S)
-        while t0 < t1:
-            edge = min(t1, (h + 1) * HOUR_S)
-            bins[h] += r * (edge - t0)
-            t0 = edge
-            h += 1
+                _integrate(bins, t0, t, r)
+        cell.rate = r + delta
+        cell.since = t
 
     def close(self, t: float) -> None:
-        for key, r in list(self.rate.items()):
-            if r:
-                self._integrate(key, self.since[key], t, r)
-                self.since[key] = t
+        for key, cell in list(self._of.items()):
+            if cell.rate:
+                bins = cell.bins
+                if bins is None:
+                    bins = cell.bins = self.bins[key] = _hour_bins()
+                _integrate(bins, cell.since, t, cell.rate)
+                cell.since = t
+
+
+def _integrate(bins: dict[int, float], t0: float, t1: float, r: int) -> None:
+    h = int(t0 // HOUR_S)
+    while t0 < t1:
+        edge = min(t1, (h + 1) * HOUR_S)
+        bins[h] += r * (edge - t0)
+        t0 = edge
+        h += 1
 
 
 class MetricsCollector:
