@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from bisect import bisect
 from typing import Any, Callable
 
 from ..cluster import Cluster
@@ -135,6 +136,7 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
         mrt_s = parse_duration_s(mrt) if mrt != "work" and mrt_range_s is None else 0
         prio_keys, prio_w = _weights(cls.get("priority", {"normal": 1}), f"{where}.priority")
         prio_cum_w = list(itertools.accumulate(prio_w))  # (as team_cum_w below)
+        prio_total, prio_hi = prio_cum_w[-1] + 0.0, len(prio_keys) - 1
         for p in prio_keys:
             if p not in PRIORITIES:
                 raise GeneratorError(f"{where}.priority", f"unknown priority {p!r}")
@@ -170,8 +172,10 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
                 allowed = [(g, w) for g, w in zip(gpus_list, gpus_w) if g <= cap] or [min(zip(gpus_list, gpus_w))]
                 team_gpus, team_w = [g for g, _ in allowed], [w for _, w in allowed]
             team_mean_gpus = sum(g * w for g, w in zip(team_gpus, team_w)) / sum(team_w)
-            # what rng.choices(population, weights) adds up on every call, once (the same draws)
+            # rng.choices(population, weights)[0] as random.py draws it (one random(), the same
+            # bisection), with the sums it makes on every call made once per team
             team_cum_w = list(itertools.accumulate(team_w))
+            team_total, team_hi = team_cum_w[-1] + 0.0, len(team_gpus) - 1
             short = team.replace("/", "-")
             team_gpu_s = class_gpu_s * weights[team] / total_w
             rate_per_s = team_gpu_s / (team_mean_gpus * mean_work_s) / horizon_s
@@ -189,7 +193,7 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
                 # thinning: fewer submissions at night when diurnal > 0
                 if diurnal and rng.random() * peak > 1.0 + diurnal * math.sin(2 * math.pi * (t / 86400 - 0.25)):
                     continue
-                gpus = rng.choices(team_gpus, cum_weights=team_cum_w)[0]
+                gpus = team_gpus[bisect(team_cum_w, rng.random() * team_total, 0, team_hi)]
                 work_s = int(round(math.exp(rng.uniform(math.log(lo_s), math.log(hi_s))))) if hi_s > lo_s else lo_s
                 if mrt == "work":
                     min_rt = min(work_s, policy.max_min_runtime_s)
@@ -198,7 +202,7 @@ def generate(table: dict, tree: AllocationTree, cluster: Cluster, policy: Policy
                     min_rt = min(int(rng.uniform(a, b)), work_s, policy.max_min_runtime_s)
                 else:
                     min_rt = min(mrt_s, work_s, policy.max_min_runtime_s)
-                priority = rng.choices(prio_keys, cum_weights=prio_cum_w)[0]
+                priority = prio_keys[bisect(prio_cum_w, rng.random() * prio_total, 0, prio_hi)]
                 out.append(WorkloadSpec(
                     id=f"{short}-{kind}-{n}", submit_s=int(t), project=team, user=f"{short}-u{rng.randrange(10)}",
                     gpu_type=gpu_type, gpus=gpus, work_s=work_s, min_runtime_s=min_rt, resumable=resumable,
