@@ -170,9 +170,7 @@ class HourlyUsage:
         self._complete_hours_before(self.open_h + 1)
         boundary = h * HOUR_S
         for rates in self._rates():
-            for key, r in rates.rate.items():
-                if r:
-                    rates.since[key] = boundary
+            rates.restart_at(boundary)
         log.warning("event time jumped from hour %d to %d: the hours between are not binned", self.open_h, h)
         self.gaps.append((self.open_h, h))
         self.open_h = h
@@ -217,21 +215,12 @@ class HourlyUsage:
         scratch = copy.copy(self)
         scratch.mc = copy.copy(self.mc)
         for name in ("delivered", "demand", "delivered_funded", "demand_funded", "in_service"):
-            setattr(scratch.mc, name, _copy_rates(getattr(self.mc, name)))
-        scratch.busy, scratch.unallocated = _copy_rates(self.busy), _copy_rates(self.unallocated)
+            setattr(scratch.mc, name, getattr(self.mc, name).copy())
+        scratch.busy, scratch.unallocated = self.busy.copy(), self.unallocated.copy()
         last_h = int(math.ceil(to_s / HOUR_S))
         for rates in scratch._rates():
             rates.close(to_s)
         return {h: scratch._row(h) for h in range(self.open_h, last_h)}
-
-
-def _copy_rates(r: _Rates) -> _Rates:
-    out = _Rates()
-    out.rate.update(r.rate)
-    out.since.update(r.since)
-    for k, b in r.bins.items():
-        out.bins[k].update(b)
-    return out
 
 
 def report_from_rows(rows: list[dict], tree: AllocationTree, pool_gpus: dict[str, int], max_min_runtime_s: int,

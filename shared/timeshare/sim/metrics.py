@@ -76,7 +76,8 @@ class _Rates:
 
     def __init__(self) -> None:
         #: keys: (leaf, GPU type), or a GPU type; a key's bins appear when its rate first ran
-        self.bins: dict[object, dict[int, float]] = {}
+        #: (or when read as ``bins[key]``: the ledger's report adds stored hours so)
+        self.bins: dict[object, dict[int, float]] = defaultdict(_hour_bins)
         # one cell per key (a change reads and writes it: one lookup of a tuple key, not five)
         self._of: dict[object, _Rate] = {}
 
@@ -94,7 +95,7 @@ class _Rates:
             t0 = cell.since
             bins = cell.bins
             if bins is None:
-                bins = cell.bins = self.bins[key] = _hour_bins()
+                bins = cell.bins = self.bins[key]
             h = int(t0 // HOUR_S)
             if t <= (h + 1) * HOUR_S:
                 # within one hour (most changes): _integrate's single step, inline
@@ -110,9 +111,29 @@ class _Rates:
             if cell.rate:
                 bins = cell.bins
                 if bins is None:
-                    bins = cell.bins = self.bins[key] = _hour_bins()
+                    bins = cell.bins = self.bins[key]
                 _integrate(bins, cell.since, t, cell.rate)
                 cell.since = t
+
+    def restart_at(self, t: float) -> None:
+        """Every key that runs now counts from ``t`` on (the time before it is not binned)."""
+        for cell in self._of.values():
+            if cell.rate:
+                cell.since = t
+
+    def copy(self) -> _Rates:
+        """A copy that changes apart from this one (its bins too)."""
+        out = _Rates()
+        for key, cell in self._of.items():
+            c = out._of[key] = _Rate()
+            c.rate, c.since = cell.rate, cell.since
+        for key, bins in self.bins.items():
+            mine = out.bins[key]
+            mine.update(bins)
+            c_of = out._of.get(key)
+            if c_of is not None:
+                c_of.bins = mine
+        return out
 
 
 def _integrate(bins: dict[int, float], t0: float, t1: float, r: int) -> None:
