@@ -220,7 +220,7 @@ class SchedulerState:
         if "leaf_queues" not in d:
             self.leaf_queues = {t: {} for t in self.cluster.pools}
             for (t, leaf, cls), q in self.queues.items():
-                self.leaf_queues.setdefault(t, {}).setdefault(leaf, [None, None])[_CLASS_SLOT[cls]] = q
+                self._index_queue(t, leaf, cls, q)
         if not hasattr(self.caches, "priority_gang_nodes") \
                 or any(not hasattr(m, "free_limit") for m in self.caches.failed.values()):
             # taken before the old scheduler's memo, or before failed searches kept their free
@@ -256,14 +256,18 @@ class SchedulerState:
         q = self.queues.get((gpu_type, leaf, cls))
         if q is None:
             q = self.queues[(gpu_type, leaf, cls)] = LeafQueue()
-            by_leaf = self.leaf_queues.get(gpu_type)
-            if by_leaf is None:
-                by_leaf = self.leaf_queues[gpu_type] = {}
-            pair = by_leaf.get(leaf)
-            if pair is None:
-                pair = by_leaf[leaf] = [None, None]
-            pair[_CLASS_SLOT[cls]] = q
+            self._index_queue(gpu_type, leaf, cls, q)
         return q
+
+    def _index_queue(self, gpu_type: str, leaf: str, cls: str, q: LeafQueue) -> None:
+        """Put a new queue in ``leaf_queues`` too."""
+        by_leaf = self.leaf_queues.get(gpu_type)
+        if by_leaf is None:
+            by_leaf = self.leaf_queues[gpu_type] = {}
+        pair = by_leaf.get(leaf)
+        if pair is None:
+            pair = by_leaf[leaf] = [None, None]
+        pair[_CLASS_SLOT[cls]] = q
 
     def pending(self) -> list[Workload]:
         return sorted((w for w in self.workloads.values() if w.state == PENDING), key=lambda w: w.key)

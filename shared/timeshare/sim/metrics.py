@@ -93,9 +93,7 @@ class _Rates:
         r = cell.rate
         if r:
             t0 = cell.since
-            bins = cell.bins
-            if bins is None:
-                bins = cell.bins = self.bins[key]
+            bins = cell.bins if cell.bins is not None else self._bins_of(key, cell)
             h = int(t0 // HOUR_S)
             if t <= (h + 1) * HOUR_S:
                 # within one hour (most changes): _integrate's single step, inline
@@ -109,11 +107,14 @@ class _Rates:
     def close(self, t: float) -> None:
         for key, cell in list(self._of.items()):
             if cell.rate:
-                bins = cell.bins
-                if bins is None:
-                    bins = cell.bins = self.bins[key]
+                bins = cell.bins if cell.bins is not None else self._bins_of(key, cell)
                 _integrate(bins, cell.since, t, cell.rate)
                 cell.since = t
+
+    def _bins_of(self, key: object, cell: _Rate) -> dict[int, float]:
+        """The key's bins, made when its rate first ran (or taken if already read as bins[key])."""
+        bins = cell.bins = self.bins[key]
+        return bins
 
     def restart_at(self, t: float) -> None:
         """Every key that runs now counts from ``t`` on (the time before it is not binned)."""
@@ -124,15 +125,11 @@ class _Rates:
     def copy(self) -> _Rates:
         """A copy that changes apart from this one (its bins too)."""
         out = _Rates()
+        for key, bins in self.bins.items():
+            out.bins[key].update(bins)
         for key, cell in self._of.items():
             c = out._of[key] = _Rate()
-            c.rate, c.since = cell.rate, cell.since
-        for key, bins in self.bins.items():
-            mine = out.bins[key]
-            mine.update(bins)
-            c_of = out._of.get(key)
-            if c_of is not None:
-                c_of.bins = mine
+            c.rate, c.since, c.bins = cell.rate, cell.since, out.bins.get(key)
         return out
 
 
